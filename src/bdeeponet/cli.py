@@ -1,0 +1,222 @@
+"""The ``bdeeponet`` command (DESIGN.md, command-line contract).
+
+Every bad input ends with one line ``error: ...`` on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+EXIT_BAD_INPUT = 2
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line instead of usage + message
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _add_generate(sub):
+    p = sub.add_parser("generate", help="draw input functions, solve a problem, write FILE.npz")
+    p.add_argument("problem", help="antiderivative, pendulum, diffusion_reaction, advection_diffusion")
+    p.add_argument("--noise", type=float, required=True, help="noise standard deviation")
+    p.add_argument("--out", required=True, help="output .npz file")
+    p.add_argument("--n-train", type=int, default=1000)
+    p.add_argument("--n-test", type=int, default=100)
+    p.add_argument("--m", type=int, default=100, help="number of sensors")
+    p.add_argument("--length-scale", type=float, default=0.2, help="GRF length scale")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="problem parameter, e.g. --param D=0.05 (repeatable)")
+
+
+def _add_train(sub):
+    p = sub.add_parser("train", help="train a (Bayesian) DeepONet, write a run directory")
+    p.add_argument("data", help="aligned operator data (.npz)")
+    p.add_argument("--method", help="adam, sgld, resgld or mresgld (default mresgld)")
+    p.add_argument("--out", required=True, help="run directory")
+    p.add_argument("--config", help="TOML file with TrainConfig keys (flags override it)")
+    for flag, typ in (("epochs", int), ("batch-size", int), ("seed", int), ("noise-std", float),
+                      ("lr", float), ("lr-hot", float), ("tau1", float), ("tau2", float),
+                      ("c", float), ("burn-in", int), ("thin", int), ("prior-std", float),
+                      ("width", int), ("depth", int), ("latent", int), ("activation", str),
+                      ("dropout", float), ("mc-samples", int), ("checkpoint-every", int)):
+        p.add_argument(f"--{flag}", type=typ)
+    p.add_argument("--no-precondition", action="store_true", help="plain Langevin steps (G = I)")
+    p.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+
+
+def _add_predict_evaluate(sub):
+    p = sub.add_parser("predict", help="predictive mean, std and band for new inputs")
+    p.add_argument("run", help="run directory")
+    p.add_argument("input", help=".npz with 'u' (n, m) and optionally 'y' (P, d)")
+    p.add_argument("--out", required=True, help="output .npz (mean, std, lower, upper)")
+    p = sub.add_parser("evaluate", help="metrics of a run on a data file's test set (JSON)")
+    p.add_argument("run", help="run directory")
+    p.add_argument("data", help="aligned operator data (.npz)")
+    p = sub.add_parser("plot-data", help="figure of the input and target distributions")
+    p.add_argument("data", help="aligned operator data (.npz)")
+    p.add_argument("--out", required=True, help="output image (.png, .pdf, .svg)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="bdeeponet", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_generate(sub)
+    _add_train(sub)
+    _add_predict_evaluate(sub)
+    return parser
+
+
+def _parse_params(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--param must look like NAME=VALUE, got '{item}'")
+        try:
+            out[name] = json.loads(value)
+        except json.JSONDecodeError:
+            out[name] = value
+    return out
+
+
+def cmd_generate(args) -> None:
+    from .data import generate
+    from .problems import get_problem
+
+    problem = get_problem(args.problem, **_parse_params(args.param))
+    if not args.out.endswith(".npz"):
+        raise UsageError(f"--out must end in .npz, got '{args.out}'")
+    data = generate(problem, args.noise, np.random.default_rng(args.seed), n_train=args.n_train,
+                    n_test=args.n_test, m=args.m, length_scale=args.length_scale)
+    data.meta["seed"] = args.seed
+    data.save(args.out)
+    print(f"wrote {args.out}: {data.n_train} train / {data.u_test.shape[0]} test functions, "
+          f"{data.n_sensors} sensors, {data.n_points} query points, noise sd {args.noise}")
+
+
+def cmd_plot_data(args) -> None:
+    from .data import load
+    from .plots import plot_data
+
+    data = load(args.data)
+    plot_data(data, args.out, title=data.meta.get("problem"))
+    print(f"wrote {args.out}")
+
+
+def train_config(args):
+    from .config import TrainConfig, load_toml
+
+    base = load_toml(args.config) if args.config else {}
+    flags = {k: getattr(args, k) for k in (
+        "method", "epochs", "batch_size", "seed", "noise_std", "lr", "lr_hot", "tau1", "tau2",
+        "c", "burn_in", "thin", "prior_std", "width", "depth", "latent", "activation", "dropout",
+        "mc_samples", "checkpoint_every")}
+    if args.no_precondition:
+        flags["precondition"] = False
+    merged = {**base, **{k: v for k, v in flags.items() if v is not None}}
+    return TrainConfig.from_dict(merged)
+
+
+def cmd_train(args) -> None:
+    import torch
+
+    from .data import load
+    from .report import write_run_figures
+    from .train import train
+
+    torch.set_num_threads(max(1, args.threads))
+    config = train_config(args)
+    data = load(args.data)
+    out = Path(args.out)
+    if (out / "metrics.json").exists() and not args.resume:
+        raise UsageError(f"{out} already holds a finished run; choose another --out")
+    if args.resume:
+        _check_resume(out, config)
+    result = train(data, config, out, resume=args.resume, progress=not args.quiet)
+    figs = write_run_figures(out, result, data, config)
+    summary = {k: result.metrics[k] for k in ("e1", "e2", "e3", "band_width") if k in result.metrics}
+    print(json.dumps({k: round(v, 4) for k, v in summary.items()}))
+    print(f"run written to {out}/ (figures: {', '.join(f.name for f in figs)})")
+
+
+def _check_resume(out: Path, config) -> None:
+    path = out / "config.json"
+    if not path.exists():  # nothing to resume: a fresh run
+        return
+    saved = json.loads(path.read_text())["train"]
+    if saved != config.to_dict():
+        diff = sorted(k for k in saved if saved[k] != config.to_dict().get(k))
+        raise UsageError(f"--resume: settings differ from the saved run ({', '.join(diff)})")
+
+
+def cmd_predict(args) -> None:
+    from .io import atomic_write
+    from .run import load_run, predict
+
+    run = load_run(args.run)
+    try:
+        with np.load(args.input, allow_pickle=False) as z:
+            if "u" not in z.files:
+                raise UsageError(f"{args.input}: missing key 'u' (input functions, shape (n, m))")
+            u = z["u"]
+            y = z["y"] if "y" in z.files else None
+    except FileNotFoundError:
+        raise UsageError(f"no such file: {args.input}") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{args.input} is not a readable .npz file ({exc})") from None
+    if y is None:
+        y = _run_query_points(run)
+    out = predict(run, u, y)
+    atomic_write(args.out, lambda fh: np.savez(fh, **out, y=y))
+    print(f"wrote {args.out}: mean, std, lower, upper of shape {out['mean'].shape}")
+
+
+def _run_query_points(run) -> np.ndarray:
+    path = run.path / "query_points.npy"
+    if not path.exists():
+        raise UsageError("the input has no 'y' and the run stores no default query points")
+    return np.load(path)
+
+
+def cmd_evaluate(args) -> None:
+    from .data import load
+    from .run import evaluate, load_run
+
+    run = load_run(args.run)
+    data = load(args.data)
+    print(json.dumps(evaluate(run, data), indent=2))
+
+
+COMMANDS = {"generate": cmd_generate, "plot-data": cmd_plot_data, "train": cmd_train,
+            "predict": cmd_predict, "evaluate": cmd_evaluate}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .train import TrainingDiverged
+
+    try:
+        args = build_parser().parse_args(argv)
+        COMMANDS[args.command](args)
+    except (UsageError, ValueError, TrainingDiverged, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("error: interrupted (a run can continue with --resume)", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,253 @@
+"""Aligned operator data: every input function shares the same query points.
+
+File format (``.npz``, see DESIGN.md):
+
+=================  =========  ===============================================
+key                shape      meaning
+=================  =========  ===============================================
+``u_train``        (N, m)     input functions at the m sensors
+``s_train``        (N, P)     observed (noisy) targets at the P query points
+``u_test``         (Nt, m)    test inputs
+``s_test``         (Nt, P)    test targets (clean for synthetic data)
+``y``              (P, d)     query points shared by every function
+``sensors``        (m, d_in)  optional: sensor locations
+``s_train_clean``  (N, P)     optional: noise-free training targets
+``noise_std``      ()         optional: standard deviation of the noise
+``meta``           () str     optional: JSON text (problem, parameters, seed)
+=================  =========  ===============================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import zipfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .grf import periodic_grf, rbf_grf
+from .io import atomic_write
+
+FORMAT_VERSION = 1
+
+
+class DataError(ValueError):
+    """A data file or array that does not follow the aligned operator-data format."""
+
+
+@dataclass(frozen=True)
+class OperatorData:
+    """Aligned operator data set; shapes as in the module docstring."""
+
+    u_train: np.ndarray
+    s_train: np.ndarray
+    u_test: np.ndarray
+    s_test: np.ndarray
+    y: np.ndarray
+    sensors: np.ndarray | None = None
+    s_train_clean: np.ndarray | None = None
+    noise_std: float | None = None
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        validate(self)
+
+    @property
+    def n_train(self) -> int:
+        return self.u_train.shape[0]
+
+    @property
+    def n_sensors(self) -> int:
+        return self.u_train.shape[1]
+
+    @property
+    def n_points(self) -> int:
+        return self.y.shape[0]
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the ``.npz`` atomically."""
+        arrays = {k: getattr(self, k) for k in ("u_train", "s_train", "u_test", "s_test", "y")}
+        for key in ("sensors", "s_train_clean"):
+            if getattr(self, key) is not None:
+                arrays[key] = getattr(self, key)
+        if self.noise_std is not None:
+            arrays["noise_std"] = np.asarray(self.noise_std, dtype=np.float64)
+        arrays["meta"] = np.asarray(json.dumps(self.meta, sort_keys=True))
+        atomic_write(path, lambda fh: np.savez_compressed(fh, **arrays))
+
+
+_REQUIRED = {"u_train": 2, "s_train": 2, "u_test": 2, "s_test": 2, "y": 2}
+_OPTIONAL = {"sensors": 2, "s_train_clean": 2}
+
+
+def _check_array(key: str, a, ndim: int) -> np.ndarray:
+    a = np.asarray(a)
+    if a.dtype.kind not in "fiu":
+        raise DataError(f"'{key}' must hold numbers, got dtype {a.dtype}")
+    if a.ndim != ndim:
+        raise DataError(f"'{key}' must have rank {ndim}, got shape {a.shape}")
+    if a.size == 0:
+        raise DataError(f"'{key}' is empty (shape {a.shape})")
+    if not np.all(np.isfinite(a)):
+        raise DataError(f"'{key}' contains NaN or inf")
+    return a
+
+
+def _check_size(key: str, a: np.ndarray, axis: int, want: int, what: str) -> None:
+    if a.shape[axis] != want:
+        raise DataError(f"'{key}' has shape {a.shape}: axis {axis} must be {want} ({what})")
+
+
+def validate(d: OperatorData) -> None:
+    """Raise :class:`DataError` naming the key and the fault of the first problem found."""
+    for key, ndim in _REQUIRED.items():
+        object.__setattr__(d, key, _check_array(key, getattr(d, key), ndim).astype(np.float64))
+    for key, ndim in _OPTIONAL.items():
+        if getattr(d, key) is not None:
+            object.__setattr__(d, key, _check_array(key, getattr(d, key), ndim).astype(np.float64))
+    n, m = d.u_train.shape
+    p = d.y.shape[0]
+    _check_size("s_train", d.s_train, 0, n, "one row per training function in 'u_train'")
+    _check_size("s_train", d.s_train, 1, p, "one column per query point in 'y'")
+    _check_size("u_test", d.u_test, 1, m, "the sensor count of 'u_train'")
+    _check_size("s_test", d.s_test, 0, d.u_test.shape[0], "one row per test function")
+    _check_size("s_test", d.s_test, 1, p, "one column per query point in 'y'")
+    if d.sensors is not None:
+        _check_size("sensors", d.sensors, 0, m, "one row per sensor")
+    if d.s_train_clean is not None and d.s_train_clean.shape != d.s_train.shape:
+        raise DataError(
+            f"'s_train_clean' has shape {d.s_train_clean.shape}, must match 's_train' "
+            f"{d.s_train.shape}"
+        )
+    if d.noise_std is not None:
+        sd = np.asarray(d.noise_std)
+        if sd.dtype.kind not in "fiu" or sd.size != 1:  # bools and text are not numbers
+            raise DataError(
+                f"'noise_std' must be a single number, got dtype {sd.dtype}, shape {sd.shape}"
+            )
+        sd = float(sd.reshape(()))
+        if not np.isfinite(sd) or sd <= 0:
+            raise DataError(f"'noise_std' must be a finite number > 0, got {sd}")
+        object.__setattr__(d, "noise_std", sd)
+
+
+def load(path: str | os.PathLike) -> OperatorData:
+    """Read and validate an aligned ``.npz``; any fault raises :class:`DataError` in one line."""
+    arrays = read_npz(path)
+    missing = [k for k in _REQUIRED if k not in arrays]
+    if missing:
+        raise DataError(f"{path}: missing key '{missing[0]}' (required: {', '.join(_REQUIRED)})")
+    meta = _parse_meta(path, arrays["meta"]) if "meta" in arrays else {}
+    kwargs = {k: arrays[k] for k in (*_REQUIRED, *_OPTIONAL) if k in arrays}
+    if "noise_std" in arrays:
+        kwargs["noise_std"] = arrays["noise_std"]
+    try:
+        return OperatorData(**kwargs, meta=meta)
+    except DataError as exc:
+        raise DataError(f"{path}: {exc}") from None
+
+
+def read_npz(path) -> dict[str, np.ndarray]:
+    """All arrays of the ``.npz`` at ``path`` (no pickles), as a dict.
+
+    A missing file, a directory, a non-zip file (``.npy``, text, truncated archive) or a
+    member that is not a plain array raises :class:`DataError` in one line.
+    """
+    if not os.path.exists(path):
+        raise DataError(f"no such file: {path}")
+    if os.path.isdir(path):
+        raise DataError(f"{path} is a directory, not an .npz file")
+    try:
+        if not zipfile.is_zipfile(path):  # also refuses .npy, pickles and truncated files
+            raise DataError(f"{path} is not an .npz file (not a zip archive)")
+        with np.load(path, allow_pickle=False) as z:
+            return {key: _read_member(path, z, key) for key in z.files}
+    except DataError:
+        raise
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise DataError(f"{path} is not a readable .npz file ({exc})") from None
+
+
+def _read_member(path, z, key: str) -> np.ndarray:
+    try:
+        value = z[key]
+    except ValueError as exc:  # object arrays need pickle: never accepted
+        raise DataError(f"{path}: '{key}' cannot be read ({exc})") from None
+    if not isinstance(value, np.ndarray):  # a zip member that is not an .npy array
+        raise DataError(f"{path}: '{key}' is not a NumPy array")
+    return value
+
+
+def _parse_meta(path, meta: np.ndarray) -> dict:
+    """``meta`` holds JSON text of an object (str or UTF-8 bytes, one element)."""
+    text = meta.item() if meta.size == 1 and meta.dtype.kind in "US" else None
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+    try:
+        value = json.loads(text) if text is not None else None
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise DataError(f"{path}: 'meta' is not JSON text of an object ({{...}})")
+    return value
+
+
+def fine_grid(m: int, min_points: int = 1000) -> np.ndarray:
+    """Uniform grid of [0, 1] that contains the m equispaced sensors (refinement factor even)."""
+    r = max(2, int(np.ceil((min_points - 1) / (m - 1))))
+    r += r % 2
+    return np.linspace(0.0, 1.0, (m - 1) * r + 1)
+
+
+def generate(
+    problem,
+    noise_std: float,
+    rng: np.random.Generator,
+    n_train: int = 1000,
+    n_test: int = 100,
+    m: int = 100,
+    length_scale: float = 0.2,
+) -> OperatorData:
+    """Draw GRF inputs, solve ``problem`` and add i.i.d. N(0, noise_std^2) to the train targets.
+
+    Inputs are sampled on a fine grid that contains the m sensors, so the solver sees
+    the same function the branch net sees at its sensors.
+    """
+    if not (np.isfinite(noise_std) and noise_std > 0):  # also refuses NaN and inf
+        raise ValueError(f"noise must be a finite number > 0, got {noise_std}")
+    for name, v, lo in (("n_train", n_train, 1), ("n_test", n_test, 1), ("m", m, 2)):
+        if v < lo:
+            raise ValueError(f"{name} must be >= {lo}, got {v}")
+    x = fine_grid(m)
+    stride = (x.size - 1) // (m - 1)
+    sampler = periodic_grf if problem.periodic_input else rbf_grf
+    u = sampler(x, n_train + n_test, rng, length_scale=length_scale)
+    s = problem.solve(x, u)
+    noisy = s[:n_train] + noise_std * rng.standard_normal(s[:n_train].shape)
+    meta = {
+        "problem": problem.name,
+        "parameters": {k: _jsonable(v) for k, v in dataclasses.asdict(problem).items()},
+        "length_scale": length_scale,
+        "noise_std": noise_std,
+        "format_version": FORMAT_VERSION,
+    }
+    return OperatorData(
+        u_train=u[:n_train, ::stride],
+        s_train=noisy,
+        u_test=u[n_train:, ::stride],
+        s_test=s[n_train:],
+        y=problem.query_points(),
+        sensors=x[::stride, None],
+        s_train_clean=s[:n_train],
+        noise_std=noise_std,
+        meta=meta,
+    )
+
+
+def _jsonable(v):
+    return v.item() if isinstance(v, np.generic) else v

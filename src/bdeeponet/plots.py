@@ -1,0 +1,110 @@
+"""Figures: data distributions (paper Figs. 2, 3, 9, 13, 17), bands, convergence histories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from .io import atomic_write  # noqa: E402
+
+
+def save(fig, path: str | Path) -> Path:
+    suffix = Path(path).suffix.lstrip(".") or "png"
+    try:
+        atomic_write(path, lambda fh: fig.savefig(fh, format=suffix, dpi=120, bbox_inches="tight"))
+    finally:  # an unsupported format must not leak the figure
+        plt.close(fig)
+    return Path(path)
+
+
+def _spread(ax, x, values, color, label, n_lines=20):
+    """Quantile bands (5–95%, 25–75%), the median and a few individual functions."""
+    q = np.quantile(values, [0.05, 0.25, 0.5, 0.75, 0.95], axis=0)
+    ax.fill_between(x, q[0], q[4], color=color, alpha=0.15, label="5–95%")
+    ax.fill_between(x, q[1], q[3], color=color, alpha=0.3, label="25–75%")
+    for row in values[:n_lines]:
+        ax.plot(x, row, color=color, lw=0.5, alpha=0.5)
+    ax.plot(x, q[2], color="k", lw=1.5, label="median")
+    ax.set_ylabel(label)
+    ax.legend(loc="upper left", fontsize=7)
+
+
+def plot_data(data, path: str | Path, title: str | None = None) -> Path:
+    """Distribution of the input functions and of the clean (or noisy) targets."""
+    x_s = data.sensors[:, 0] if data.sensors is not None else np.linspace(0, 1, data.n_sensors)
+    targets = data.s_train_clean if data.s_train_clean is not None else data.s_train
+    d = data.y.shape[1]
+    fig, axes = plt.subplots(1, 2 if d == 1 else 3, figsize=(11 if d == 1 else 15, 3.6))
+    _spread(axes[0], x_s, data.u_train, "tab:blue", "u")
+    axes[0].set_xlabel("sensor location")
+    axes[0].set_title("input functions u")
+    if d == 1:
+        t = data.y[:, 0]
+        order = np.argsort(t)
+        _spread(axes[1], t[order], targets[:, order], "tab:red", "s")
+        axes[1].set_xlabel("y")
+        axes[1].set_title("targets G(u)(y)")
+    else:
+        t_last = data.y[:, 1].max()
+        sel = np.isclose(data.y[:, 1], t_last)
+        order = np.argsort(data.y[sel, 0])
+        _spread(axes[1], data.y[sel, 0][order], targets[:, sel][:, order], "tab:red", "s")
+        axes[1].set_xlabel("x")
+        axes[1].set_title(f"targets at t = {t_last:g}")
+        sc = axes[2].scatter(data.y[:, 0], data.y[:, 1], c=targets[0], s=12, cmap="viridis")
+        fig.colorbar(sc, ax=axes[2])
+        axes[2].set_xlabel("x")
+        axes[2].set_ylabel("t")
+        axes[2].set_title("one target s(x, t)")
+    if title:
+        fig.suptitle(title)
+    return save(fig, path)
+
+
+def band_axes(ax, y, truth, mean, lower, upper, title: str) -> None:
+    """One trajectory and its band; for (x, t) points, the slice at the last time."""
+    if y.shape[1] == 1:
+        xs, sel = y[:, 0], np.ones(len(y), bool)
+        ax.set_xlabel("y")
+    else:
+        sel = np.isclose(y[:, 1], y[:, 1].max())
+        xs = y[:, 0]
+        ax.set_xlabel(f"x (t = {y[:, 1].max():g})")
+    order = np.argsort(xs[sel])
+    xv = xs[sel][order]
+    ax.fill_between(xv, lower[sel][order], upper[sel][order], color="tab:orange", alpha=0.35,
+                    label="mean ± 2 std")
+    ax.plot(xv, truth[sel][order], "k-", lw=1.5, label="truth")
+    ax.plot(xv, mean[sel][order], "--", color="tab:red", lw=1.2, label="mean")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+
+
+def plot_band(y, truth, mean, lower, upper, path, title: str = "") -> Path:
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    band_axes(ax, y, truth, mean, lower, upper, title)
+    return save(fig, path)
+
+
+def plot_history(history: list[dict], path, title: str = "", burn_in: int | None = None) -> Path:
+    """e1 and e2 of the current sample and of the running posterior mean, per epoch."""
+    epochs = np.array([r["epoch"] for r in history])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    for ax, key in zip(axes, ("e1", "e2"), strict=True):
+        ax.semilogy(epochs, [r[key] for r in history], lw=0.8, label="current sample")
+        mean = np.array([r.get(f"{key}_mean", np.nan) for r in history], dtype=float)
+        if np.isfinite(mean).any():
+            ax.semilogy(epochs, mean, lw=1.5, label="posterior mean so far")
+        if burn_in:
+            ax.axvline(burn_in, color="gray", ls=":", label="end of burn-in")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(f"{key} (%)")
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    return save(fig, path)

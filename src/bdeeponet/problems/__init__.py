@@ -1,0 +1,52 @@
+"""Operator-learning problems (Lin, Moya & Zhang, Bayesian DeepONet, Section 5).
+
+Each problem is a frozen dataclass whose fields are its physical and solver parameters
+(defaults: the paper's values) with
+
+* ``name`` (class attribute) and ``periodic_input`` (class attribute: draw u with
+  ``periodic_grf`` rather than ``rbf_grf``),
+* ``query_points() -> (P, d)``: t for the ODEs (d = 1); (x, t) for the PDEs (d = 2),
+  laid out x slowest, t fastest (row i * nt + j is (x_i, t_j)),
+* ``solve(x, u) -> (n, P)``: solutions for the n input functions u (n, K) given on the
+  grid x = linspace(0, 1, K), vectorised over n.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .advection_diffusion import AdvectionDiffusion
+from .antiderivative import Antiderivative
+from .diffusion_reaction import DiffusionReaction
+from .pendulum import Pendulum
+
+PROBLEMS: dict[str, type] = {
+    cls.name: cls for cls in (Antiderivative, Pendulum, DiffusionReaction, AdvectionDiffusion)
+}
+
+
+def get_problem(name: str, **params):
+    """Instantiate the problem called ``name`` with parameter overrides ``params``.
+
+    Raises ValueError for an unknown name, an unknown parameter or an invalid value.
+    """
+    cls = PROBLEMS.get(name)
+    if cls is None:
+        raise ValueError(f"unknown problem {name!r}; choose one of: {', '.join(PROBLEMS)}")
+    valid = [f.name for f in dataclasses.fields(cls)]
+    for key in params:
+        if key not in valid:
+            raise ValueError(
+                f"unknown parameter {key!r} for problem {name!r}; valid: {', '.join(valid)}"
+            )
+    return cls(**params)
+
+
+__all__ = [
+    "PROBLEMS",
+    "AdvectionDiffusion",
+    "Antiderivative",
+    "DiffusionReaction",
+    "Pendulum",
+    "get_problem",
+]

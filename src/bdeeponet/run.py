@@ -1,0 +1,76 @@
+"""Reading a finished run directory back: predict and evaluate without the training data."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .config import TrainConfig
+from .data import OperatorData
+from .metrics import all_metrics
+from .posterior import Posterior
+
+
+class RunError(ValueError):
+    """A run directory that is missing, unfinished or unreadable."""
+
+
+@dataclass
+class Run:
+    path: Path
+    config: TrainConfig
+    posterior: Posterior
+    metrics: dict
+
+    @property
+    def n_sensors(self) -> int:
+        return self.posterior.config.n_sensors
+
+    @property
+    def dim_y(self) -> int:
+        return self.posterior.config.dim_y
+
+
+def load_run(path: str | Path) -> Run:
+    path = Path(path)
+    if not path.is_dir():
+        raise RunError(f"no such run directory: {path}")
+    for name in ("config.json", "posterior.pt", "metrics.json"):
+        if not (path / name).exists():
+            hint = " (the run did not finish; rerun train with --resume)" if name != "config.json" else ""
+            raise RunError(f"{path} has no {name}{hint}")
+    try:
+        conf = json.loads((path / "config.json").read_text())
+        config = TrainConfig.from_dict(conf["train"])
+        posterior = Posterior.from_state_dict(torch.load(path / "posterior.pt", weights_only=True))
+        metrics = json.loads((path / "metrics.json").read_text())
+    except (OSError, KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise RunError(f"{path} is not a readable run directory ({exc})") from None
+    return Run(path, config, posterior, metrics)
+
+
+def predict(run: Run, u, y, z: float = 2.0) -> dict[str, np.ndarray]:
+    """Predictive mean, std and band (each (n, P)) for inputs u (n, m) at points y (P, d)."""
+    u = np.asarray(u, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if u.ndim != 2 or u.shape[1] != run.n_sensors:
+        raise ValueError(
+            f"'u' must have shape (n, {run.n_sensors}) (the run's sensor count), got {u.shape}"
+        )
+    if y.ndim != 2 or y.shape[1] != run.dim_y:
+        raise ValueError(f"'y' must have shape (P, {run.dim_y}), got {y.shape}")
+    for key, a in (("u", u), ("y", y)):
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"'{key}' contains NaN or inf")
+    out = run.posterior.predict(u, y, z=z, seed=run.config.seed)
+    return {k: v.numpy() for k, v in out.items()}
+
+
+def evaluate(run: Run, data: OperatorData) -> dict:
+    """Metrics of the run's predictive distribution on ``data``'s test set."""
+    pred = predict(run, data.u_test, data.y)
+    return all_metrics(pred["mean"], pred["std"], data.s_test)

@@ -1,0 +1,52 @@
+"""The paper's baseline: Adam on the same energy, uncertainty from MC dropout (Gal 2016).
+
+Adam's step is invariant to the scale of the loss, so minimising Û (the MSE scaled by
+N/σ² plus the prior term, i.e. MAP estimation) gives the usual Adam training; the band
+comes from M stochastic forward passes with dropout on at prediction time
+(:mod:`bdeeponet.posterior`). The model must have been built with ``dropout > 0``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..energy import Params
+from .langevin import clone_params
+from .sgld import check_positive
+
+
+@dataclass
+class AdamState:
+    params: Params
+    optimizer: torch.optim.Adam
+    n_steps: int = 0
+
+
+@dataclass(frozen=True)
+class AdamDropout:
+    lr: float = 1e-3
+
+    name = "adam"
+
+    def __post_init__(self):
+        check_positive(lr=self.lr)
+
+    def init(self, params: Params) -> AdamState:
+        p = {k: v.requires_grad_(True) for k, v in clone_params(params).items()}
+        return AdamState(p, torch.optim.Adam(p.values(), lr=self.lr))
+
+    def step(self, state: AdamState, energy, batch, generator: torch.Generator) -> dict:
+        state.optimizer.zero_grad(set_to_none=True)
+        value = energy(state.params, batch)
+        value.total.backward()
+        state.optimizer.step()
+        state.n_steps += 1
+        return {"energy": float(value.total.detach())}
+
+    def end_burn_in(self, state: AdamState) -> None:
+        pass
+
+    def sample(self, state: AdamState) -> Params:
+        return state.params

@@ -1,0 +1,137 @@
+"""The Langevin step shared by every SG-MCMC sampler (DESIGN.md, numerical conventions).
+
+``θ ← θ − η G ∇Û(θ) + sqrt(2 η τ G) ξ``,  ξ ~ N(0, I) drawn from an explicit generator.
+
+``G`` is a diagonal preconditioner (pSGLD, Li et al. 2016): the inverse root of an
+exponential average of squared energy gradients. The true energy has gradients of size
+``N/σ²`` (1e9 for the anti-derivative at σ = 0.01), so a raw step ``η`` must be ~1e-10 and
+differs per problem; with ``G`` the drift has the size of ``η`` whatever ``N`` and ``σ`` are,
+and the noise ``sqrt(2ητG)`` keeps the exact scale of the tempered posterior. ``G`` adapts
+only while ``adapt`` is true (burn-in) and is frozen afterwards, so the sampling phase is
+plain Langevin dynamics with a constant metric, which leaves exp(−U/τ) invariant up to the
+O(η) discretisation error (the Γ correction term of adaptive pSGLD is then zero).
+With ``precondition=False``, G = I and the step is the paper's equation (3.4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..energy import EnergyValue, Params
+
+
+@dataclass
+class Chain:
+    """One particle: its parameters (leaf tensors, updated in place) and its step count."""
+
+    params: Params
+    step: int = 0
+
+
+@dataclass
+class Preconditioner:
+    """RMSprop-style running second moments of the energy gradient, per parameter tensor.
+
+    Two averages are kept: a fast one (``beta``) that steers burn-in, and a slow one
+    (``beta_slow``). The frozen metric uses the larger of the two, so a snapshot taken during
+    a quiet spell cannot leave a coordinate with a huge step once adaptation stops.
+    """
+
+    beta: float = 0.99
+    beta_slow: float = 0.995
+    eps: float = 1e-8
+    sq_avg: dict[str, torch.Tensor] = field(default_factory=dict)
+    sq_slow: dict[str, torch.Tensor] = field(default_factory=dict)
+    count: dict[str, int] = field(default_factory=dict)
+    _frozen: dict = field(default_factory=dict, repr=False)
+
+    def update(self, grads: dict[str, torch.Tensor]) -> None:
+        if self.frozen:
+            return
+        for name, g in grads.items():
+            if name not in self.sq_avg:
+                self.sq_avg[name] = torch.zeros_like(g)
+                self.sq_slow[name] = torch.zeros_like(g)
+                self.count[name] = 0
+            self.count[name] += 1
+            self.sq_avg[name].mul_(self.beta).addcmul_(g, g, value=1 - self.beta)
+            self.sq_slow[name].mul_(self.beta_slow).addcmul_(g, g, value=1 - self.beta_slow)
+
+    def second_moment(self, name: str, conservative: bool = False) -> torch.Tensor:
+        # Bias-corrected like Adam, so the first steps are not 10x too large.
+        k = self.count[name]
+        v = self.sq_avg[name] / (1 - self.beta**k)
+        if conservative:
+            v = torch.maximum(v, self.sq_slow[name] / (1 - self.beta_slow**k))
+        return v
+
+    def metric(self, name: str) -> tuple[torch.Tensor | float, torch.Tensor | float]:
+        """``(G, sqrt(G))`` for tensor ``name``; cached once the preconditioner is frozen."""
+        if name in self._frozen:
+            return self._frozen[name]
+        if name not in self.sq_avg:
+            return 1.0, 1.0
+        return _metric(self.second_moment(name), self.eps)
+
+    @property
+    def frozen(self) -> bool:
+        return bool(self._frozen)
+
+
+def _metric(v: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    G = 1.0 / (v.sqrt() + eps)
+    return G, G.sqrt()
+
+
+def freeze(preconds: list[Preconditioner]) -> None:
+    """Stop adapting and give every preconditioner the same constant metric, built from the
+    largest second moment any of them saw (one metric for all temperature levels, so a
+    swapped-in particle never meets a step size tuned to flatter ground)."""
+    names = set().union(*(p.sq_avg for p in preconds))
+    for name in names:
+        v = torch.stack([p.second_moment(name, True) for p in preconds if name in p.sq_avg])
+        G = _metric(v.max(dim=0).values, preconds[0].eps)
+        for p in preconds:
+            p._frozen[name] = G
+
+
+def clone_params(params: Params) -> Params:
+    return {k: v.detach().clone() for k, v in params.items()}
+
+
+def energy_and_grads(
+    energy, params: Params, batch, active: list[str] | None = None
+) -> tuple[EnergyValue, dict[str, torch.Tensor]]:
+    """Evaluate Û on ``batch`` and its gradient for the ``active`` names only.
+
+    Inactive tensors do not require grad, so autograd neither records nor computes
+    anything for them (m-reSGLD's saving).
+    """
+    names = list(params) if active is None else active
+    act = set(names)
+    for n, p in params.items():
+        p.requires_grad_(n in act)
+    value = energy(params, batch)
+    grads = torch.autograd.grad(value.total, [params[n] for n in names])
+    for p in params.values():
+        p.requires_grad_(False)
+    return value, dict(zip(names, grads, strict=True))
+
+
+@torch.no_grad()
+def langevin_update(
+    params: Params,
+    grads: dict[str, torch.Tensor],
+    lr: float,
+    tau: float,
+    generator: torch.Generator,
+    precond: Preconditioner | None = None,
+) -> None:
+    """In place: ``θ ← θ − η G g + sqrt(2 η τ G) ξ`` for the tensors named in ``grads``."""
+    for name, g in grads.items():
+        p = params[name]
+        G, sqrt_g = (1.0, 1.0) if precond is None else precond.metric(name)
+        noise = torch.randn(p.shape, generator=generator, dtype=p.dtype)
+        p.add_(g * G, alpha=-lr).add_(noise * sqrt_g, alpha=(2 * lr * tau) ** 0.5)

@@ -1,0 +1,253 @@
+"""The run loop: minibatches, sampler steps, per-epoch history, checkpoints and resume.
+
+A run directory holds ``config.json`` (written first), ``history.csv``, ``checkpoint.pt``
+(every ``checkpoint_every`` epochs), then ``posterior.pt``, ``metrics.json`` and
+``timing.json``. ``metrics.json`` is written last: a directory without it is not a finished
+run. Every file is replaced atomically.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.func import functional_call
+
+from .config import TrainConfig
+from .data import OperatorData
+from .energy import GaussianEnergy
+from .io import atomic_write, write_json, write_text
+from .metrics import all_metrics, effective_sample_size, relative_errors
+from .model import DeepONet, ModelConfig, parameter_groups, set_dropout_generator
+from .posterior import Posterior, flatten
+from .progress import Progress
+from .samplers import METHODS
+
+HISTORY_COLUMNS = (
+    "epoch", "e1", "e2", "e1_mean", "e2_mean", "energy", "swap_rate", "sec_per_iter",
+)
+
+
+class TrainingDiverged(RuntimeError):
+    """The energy became NaN or infinite."""
+
+
+@dataclass
+class RunResult:
+    posterior: Posterior
+    metrics: dict
+    history: list[dict]
+    timing: dict
+
+
+@dataclass
+class _Loop:
+    """Everything that changes during a run (what a checkpoint holds)."""
+
+    state: object
+    generator_state: torch.Tensor
+    epoch: int = 0
+    history: list[dict] = field(default_factory=list)
+    samples: list[torch.Tensor] = field(default_factory=list)
+    test_pred_sum: torch.Tensor | None = None
+    step_seconds: float = 0.0
+    n_steps: int = 0
+
+
+def model_config(config: TrainConfig, data: OperatorData) -> ModelConfig:
+    return ModelConfig(
+        n_sensors=data.n_sensors,
+        dim_y=data.y.shape[1],
+        width=config.width,
+        depth=config.depth,
+        latent=config.latent,
+        activation=config.activation,
+        dropout=config.dropout if config.method == "adam" else 0.0,
+    )
+
+
+def build_sampler(config: TrainConfig, model: DeepONet):
+    if config.method == "adam":
+        return METHODS["adam"](lr=config.lr)
+    if config.method == "sgld":
+        return METHODS["sgld"](lr=config.lr, tau=config.tau1, precondition=config.precondition,
+                               freeze_metric=config.freeze_metric)
+    kwargs = dict(lr=config.lr, lr_hot=config.lr_hot, tau1=config.tau1, tau2=config.tau2,
+                  precondition=config.precondition, freeze_metric=config.freeze_metric)
+    if config.method == "mresgld":
+        kwargs.update(groups=parameter_groups(model), c=config.c)
+    return METHODS[config.method](**kwargs)
+
+
+def resolve_noise_std(config: TrainConfig, data: OperatorData) -> float:
+    sd = config.noise_std if config.noise_std is not None else data.noise_std
+    if sd is None:
+        raise ValueError(
+            "the noise standard deviation is unknown: the data file has no 'noise_std'; "
+            "pass --noise-std SD"
+        )
+    return float(sd)
+
+
+def _tensor(a) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(a), dtype=torch.float32)
+
+
+def train(
+    data: OperatorData,
+    config: TrainConfig,
+    out: str | Path | None = None,
+    resume: bool = False,
+    progress: bool = False,
+) -> RunResult:
+    """Train ``config.method`` on ``data``; with ``out``, write the run directory there."""
+    sigma = resolve_noise_std(config, data)
+    out = Path(out) if out is not None else None
+    mconf = model_config(config, data)
+    with torch.random.fork_rng():  # initial weights from the run's seed, global RNG untouched
+        torch.manual_seed(config.seed)
+        model = DeepONet(mconf)
+    u, s, y = _tensor(data.u_train), _tensor(data.s_train), _tensor(data.y)
+    u_test, s_test = _tensor(data.u_test), data.s_test
+    energy = GaussianEnergy(model, y, data.n_train, sigma, config.prior_std)
+    sampler = build_sampler(config, model)
+    gen = torch.Generator().manual_seed(config.seed + 1)
+    set_dropout_generator(model, gen)
+    model.train(config.method == "adam")
+
+    loop = _Loop(sampler.init(dict(model.named_parameters())), gen.get_state())
+    ckpt = out / "checkpoint.pt" if out else None
+    if resume and ckpt is not None and ckpt.exists():
+        loop = _load_checkpoint(ckpt, config)
+        gen.set_state(loop.generator_state)
+    elif out is not None:
+        write_json(out / "config.json", {"train": config.to_dict(), "model": mconf.to_dict(),
+                                         "noise_std": sigma, "data_meta": data.meta})
+    if loop.epoch >= config.burn_in_epochs:
+        sampler.end_burn_in(loop.state)
+
+    bar = Progress(config.epochs, enabled=progress, start=loop.epoch)
+    while loop.epoch < config.epochs:
+        if loop.epoch == config.burn_in_epochs:
+            sampler.end_burn_in(loop.state)
+        row = _run_epoch(loop, sampler, energy, (u, s), gen, config)
+        params = sampler.sample(loop.state)
+        with torch.no_grad():
+            was_training = model.training
+            model.eval()
+            pred = functional_call(model, params, (u_test, y)).double()
+            model.train(was_training)
+        row["e1"], row["e2"] = relative_errors(pred.numpy(), s_test)
+        loop.epoch += 1
+        if loop.epoch > config.burn_in_epochs and (
+            (loop.epoch - config.burn_in_epochs) % config.thin_epochs == 0
+        ):
+            loop.samples.append(flatten(params).clone())
+            loop.test_pred_sum = pred if loop.test_pred_sum is None else loop.test_pred_sum + pred
+        if loop.test_pred_sum is not None and config.method != "adam":
+            mean = (loop.test_pred_sum / len(loop.samples)).numpy()
+            row["e1_mean"], row["e2_mean"] = relative_errors(mean, s_test)
+        loop.history.append(row)
+        bar.update(loop.epoch, e2=row["e2"], swap=row["swap_rate"])
+        if not math.isfinite(row["energy"]):
+            bar.close()
+            raise TrainingDiverged(
+                f"the energy became {row['energy']} at epoch {loop.epoch}; the last good "
+                f"checkpoint is kept. Try a smaller step size (--lr, now {config.lr})"
+            )
+        if out is not None and (loop.epoch % config.checkpoint_every == 0):
+            loop.generator_state = gen.get_state()
+            _save_checkpoint(ckpt, loop)
+            write_history(out / "history.csv", loop.history)
+    bar.close()
+    return _finish(loop, sampler, config, mconf, data, out)
+
+
+def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfig) -> dict:
+    u, s = train_data
+    order = torch.randperm(u.shape[0], generator=gen)
+    energies, swaps, seconds = [], [], 0.0
+    for start in range(0, u.shape[0], config.batch_size):
+        idx = order[start : start + config.batch_size]
+        t0 = time.perf_counter()
+        info = sampler.step(loop.state, energy, (u[idx], s[idx]), gen)
+        seconds += time.perf_counter() - t0
+        energies.append(info["energy"])
+        if "swapped" in info:
+            swaps.append(info["swapped"])
+        if not math.isfinite(info["energy"]):
+            break
+    loop.step_seconds += seconds
+    loop.n_steps += len(energies)
+    return {
+        "epoch": loop.epoch + 1,
+        "energy": float(np.mean(energies)),
+        "swap_rate": float(np.mean(swaps)) if swaps else float("nan"),
+        "sec_per_iter": seconds / len(energies),
+        "e1_mean": float("nan"),
+        "e2_mean": float("nan"),
+    }
+
+
+def _finish(loop, sampler, config, mconf, data, out) -> RunResult:
+    if config.method == "adam":
+        post = Posterior(mconf, flatten(sampler.sample(loop.state))[None], config.mc_samples)
+    else:
+        post = Posterior(mconf, torch.stack(loop.samples))
+    pred = post.predict(data.u_test, data.y, seed=config.seed)
+    metrics = all_metrics(pred["mean"].numpy(), pred["std"].numpy(), data.s_test)
+    post_burn = [r for r in loop.history if r["epoch"] > config.burn_in_epochs]
+    metrics["e1_after_burn_in"] = float(np.mean([r["e1"] for r in post_burn]))
+    metrics["e2_after_burn_in"] = float(np.mean([r["e2"] for r in post_burn]))
+    metrics["n_samples"] = post.n_samples
+    if config.method in ("resgld", "mresgld"):
+        metrics["swap_rate"] = loop.state.n_swaps / max(loop.state.n_steps, 1)
+    if config.method != "adam":
+        metrics["ess"] = _prediction_ess(post, data)
+    timing = {
+        "sec_per_iter": loop.step_seconds / max(loop.n_steps, 1),
+        "n_iters": loop.n_steps,
+        "epochs": config.epochs,
+    }
+    if out is not None:
+        atomic_write(out / "posterior.pt", lambda fh: torch.save(post.state_dict(), fh))
+        atomic_write(out / "query_points.npy", lambda fh: np.save(fh, data.y))
+        write_history(out / "history.csv", loop.history)
+        write_json(out / "timing.json", timing)
+        write_json(out / "metrics.json", metrics)
+    return RunResult(post, metrics, loop.history, timing)
+
+
+def _prediction_ess(post: Posterior, data: OperatorData, n_points: int = 50) -> float:
+    """Median ESS of the sampled predictions at a few test (function, point) pairs."""
+    u = _tensor(data.u_test[:5])
+    y = _tensor(data.y)
+    traj = torch.stack(list(post.trajectories(u, y))).reshape(post.n_samples, -1).numpy()
+    cols = np.linspace(0, traj.shape[1] - 1, min(n_points, traj.shape[1])).astype(int)
+    return float(np.median([effective_sample_size(traj[:, j]) for j in cols]))
+
+
+def write_history(path: Path, history: list[dict]) -> None:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=HISTORY_COLUMNS, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(history)
+    write_text(path, buf.getvalue())
+
+
+def _save_checkpoint(path: Path, loop: _Loop) -> None:
+    atomic_write(path, lambda fh: torch.save(loop, fh))
+
+
+def _load_checkpoint(path: Path, config: TrainConfig) -> _Loop:
+    # Our own file (pickled sampler state), hence weights_only=False.
+    loop = torch.load(path, weights_only=False)
+    if not isinstance(loop, _Loop):
+        raise ValueError(f"{path} is not a bdeeponet checkpoint")
+    return loop
