@@ -162,22 +162,16 @@ def _check_resume(out: Path, config) -> None:
 
 
 def cmd_predict(args) -> None:
+    from .data import read_npz
     from .io import atomic_write
     from .run import load_run, predict
 
     run = load_run(args.run)
-    try:
-        with np.load(args.input, allow_pickle=False) as z:
-            if "u" not in z.files:
-                raise UsageError(f"{args.input}: missing key 'u' (input functions, shape (n, m))")
-            u = z["u"]
-            y = z["y"] if "y" in z.files else None
-    except FileNotFoundError:
-        raise UsageError(f"no such file: {args.input}") from None
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{args.input} is not a readable .npz file ({exc})") from None
-    if y is None:
-        y = _run_query_points(run)
+    arrays = read_npz(args.input)  # DataError (one line) for a missing or non-.npz file
+    if "u" not in arrays:
+        raise UsageError(f"{args.input}: missing key 'u' (input functions, shape (n, m))")
+    u = arrays["u"]
+    y = arrays["y"] if "y" in arrays else _run_query_points(run)
     out = predict(run, u, y)
     atomic_write(args.out, lambda fh: np.savez(fh, **out, y=y))
     print(f"wrote {args.out}: mean, std, lower, upper of shape {out['mean'].shape}")
@@ -209,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         COMMANDS[args.command](args)
-    except (UsageError, ValueError, TrainingDiverged, FileNotFoundError) as exc:
+    except (UsageError, ValueError, TrainingDiverged, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

@@ -17,13 +17,13 @@ class TrainConfig:
     epochs: int = 2000
     batch_size: int = 100  # functions per minibatch (all P points of each)
     seed: int = 0
-    lr: float = 1e-3  # cold / only particle; Adam's learning rate
+    lr: float | None = None  # default: 3e-4 for the SG-MCMC samplers, 1e-3 for Adam
     lr_hot: float | None = None  # hot particle (default: lr)
     tau1: float = 1.0
     tau2: float = 10.0
     c: float = 0.7  # m-reSGLD: probability that the hot particle trains the branch
     precondition: bool = True
-    freeze_metric: bool = True  # stop adapting the preconditioner after burn-in
+    freeze_metric: bool = False  # stop adapting the preconditioner after burn-in
     burn_in: int | None = None  # epochs; default: half of the run
     thin: int | None = None  # epochs between kept samples; default: 100 samples
     prior_std: float = 1.0
@@ -45,10 +45,10 @@ class TrainConfig:
                      "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("lr", "tau1", "tau2", "prior_std"):
+        for name in ("tau1", "tau2", "prior_std"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in ("lr_hot", "noise_std"):
+        for name in ("lr", "lr_hot", "noise_std"):
             v = getattr(self, name)
             if v is not None and not v > 0:
                 raise ValueError(f"{name} must be > 0, got {v}")
@@ -60,6 +60,12 @@ class TrainConfig:
             raise ValueError(f"burn_in must be in [0, epochs), got {self.burn_in}")
         if self.thin is not None and self.thin < 1:
             raise ValueError(f"thin must be >= 1, got {self.thin}")
+
+    @property
+    def step_size(self) -> float:
+        if self.lr is not None:
+            return self.lr
+        return 1e-3 if self.method == "adam" else 3e-4
 
     @property
     def burn_in_epochs(self) -> int:

@@ -74,11 +74,11 @@ def model_config(config: TrainConfig, data: OperatorData) -> ModelConfig:
 
 def build_sampler(config: TrainConfig, model: DeepONet):
     if config.method == "adam":
-        return METHODS["adam"](lr=config.lr)
+        return METHODS["adam"](lr=config.step_size)
     if config.method == "sgld":
-        return METHODS["sgld"](lr=config.lr, tau=config.tau1, precondition=config.precondition,
+        return METHODS["sgld"](lr=config.step_size, tau=config.tau1, precondition=config.precondition,
                                freeze_metric=config.freeze_metric)
-    kwargs = dict(lr=config.lr, lr_hot=config.lr_hot, tau1=config.tau1, tau2=config.tau2,
+    kwargs = dict(lr=config.step_size, lr_hot=config.lr_hot, tau1=config.tau1, tau2=config.tau2,
                   precondition=config.precondition, freeze_metric=config.freeze_metric)
     if config.method == "mresgld":
         kwargs.update(groups=parameter_groups(model), c=config.c)
@@ -129,7 +129,7 @@ def train(
     elif out is not None:
         write_json(out / "config.json", {"train": config.to_dict(), "model": mconf.to_dict(),
                                          "noise_std": sigma, "data_meta": data.meta})
-    if loop.epoch >= config.burn_in_epochs:
+    if loop.epoch > config.burn_in_epochs:
         sampler.end_burn_in(loop.state)
 
     bar = Progress(config.epochs, enabled=progress, start=loop.epoch)
@@ -159,7 +159,7 @@ def train(
             bar.close()
             raise TrainingDiverged(
                 f"the energy became {row['energy']} at epoch {loop.epoch}; the last good "
-                f"checkpoint is kept. Try a smaller step size (--lr, now {config.lr})"
+                f"checkpoint is kept. Try a smaller step size (--lr, now {config.step_size})"
             )
         if out is not None and (loop.epoch % config.checkpoint_every == 0):
             loop.generator_state = gen.get_state()

@@ -49,7 +49,7 @@ class ReSGLD:
     tau1: float = 1.0
     tau2: float = 10.0
     precondition: bool = True
-    freeze_metric: bool = True  # constant preconditioner after burn-in (exact Langevin)
+    freeze_metric: bool = False  # True: constant preconditioner after burn-in
     var_smoothing: float = 0.1
 
     name = "resgld"
@@ -85,7 +85,8 @@ class ReSGLD:
         var = state.swap_var.update(paired_variance(v1.terms, v2.terms, v1.scale, v1.n_total))
         for level, v in enumerate((v1, v2)):
             state.replica_var[level].update(estimator_variance(v.terms, v.scale, v.n_total))
-        log_rate = swap_log_rate(float(v1.total - v2.total), var, self.tau1, self.tau2)
+        t1, t2 = self.tau1, self.tau2
+        log_rate = swap_log_rate(float(v1.total.detach() - v2.total.detach()), var, t1, t2)
         swapped = accept_swap(log_rate, generator)
         if swapped:
             state.chains = [hot, cold]
@@ -99,13 +100,13 @@ class ReSGLD:
             pre = state.preconds[level]
             if pre is not None:
                 pre.update(grads)
-            lr, tau = (self.lr, self.tau1) if level == 0 else (self.hot_lr, self.tau2)
+            lr, tau = (self.lr, t1) if level == 0 else (self.hot_lr, t2)
             langevin_update(chain.params, grads, lr, tau, generator, pre)
             chain.step += 1
         state.n_steps += 1
         return {
-            "energy": float(v1.total),
-            "energy_hot": float(v2.total),
+            "energy": float(v1.total.detach()),
+            "energy_hot": float(v2.total.detach()),
             "swapped": swapped,
             "swap_rate_estimate": min(1.0, float(torch.tensor(log_rate).exp())),
         }

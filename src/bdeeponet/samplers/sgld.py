@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -22,7 +22,6 @@ from .langevin import (
 class SGLDState:
     chain: Chain
     precond: Preconditioner | None
-    history: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -32,7 +31,7 @@ class SGLD:
     lr: float = 1e-3
     tau: float = 1.0
     precondition: bool = True
-    freeze_metric: bool = True  # constant preconditioner after burn-in (exact Langevin)
+    freeze_metric: bool = False  # True: constant preconditioner after burn-in
 
     name = "sgld"
 

@@ -1,0 +1,92 @@
+"""m-reSGLD never computes the frozen group's gradient for the hot replica."""
+
+import pytest
+import torch
+
+from bdeeponet import DeepONet, GaussianEnergy, ModelConfig, MReSGLD, ReSGLD, parameter_groups
+
+torch.set_num_threads(1)
+
+
+def setup(seed=0):
+    torch.manual_seed(seed)
+    model = DeepONet(ModelConfig(n_sensors=10, dim_y=1, width=8, latent=8))
+    g = torch.Generator().manual_seed(seed)
+    u, y = torch.randn(40, 10, generator=g), torch.linspace(0, 1, 7)[:, None]
+    s = torch.randn(40, 7, generator=g)
+    return model, GaussianEnergy(model, y, 40, noise_std=0.1), (u, s), g
+
+
+class Recorder:
+    """Wraps an energy and records, per call, which parameters required grad."""
+
+    def __init__(self, energy):
+        self.energy, self.calls = energy, []
+
+    def __call__(self, params, batch):
+        self.calls.append({n for n, p in params.items() if p.requires_grad})
+        return self.energy(params, batch)
+
+
+def test_hot_replica_updates_one_group_and_never_differentiates_the_other():
+    model, energy, batch, g = setup()
+    groups = parameter_groups(model)
+    sampler = MReSGLD(lr=1e-3, tau1=1.0, tau2=1e6, groups=groups, c=0.5)
+    params = dict(model.named_parameters())
+    far = {n: p.detach() + 3.0 for n, p in params.items()}  # a hot particle far uphill: no swaps
+    state = sampler.init(params, far)
+    rec = Recorder(energy)
+    sampler.end_burn_in(state)
+    seen = set()
+    for _ in range(40):
+        before = {n: p.clone() for n, p in state.chains[1].params.items()}
+        rec.calls.clear()
+        sampler.step(state, rec, batch, g)
+        assert state.n_swaps == 0
+        cold_call, hot_call = rec.calls
+        assert cold_call == set(groups["branch"]) | set(groups["trunk"])
+        group = "branch" if hot_call == set(groups["branch"]) else "trunk"
+        assert hot_call == set(groups[group]), "the hot replica differentiated both groups"
+        other = "trunk" if group == "branch" else "branch"
+        for n in groups[other]:
+            assert torch.equal(state.chains[1].params[n], before[n])
+        assert any(not torch.equal(state.chains[1].params[n], before[n]) for n in groups[group])
+        seen.add(group)
+    assert seen == {"branch", "trunk"}
+
+
+def test_trunk_backward_is_not_run_when_only_the_branch_trains():
+    model, energy, batch, g = setup()
+    calls = []
+    for mod in model.trunk:
+        mod.register_full_backward_hook(lambda *a: calls.append(1))
+    sampler = MReSGLD(lr=1e-3, tau2=1e6, groups=parameter_groups(model), c=1.0)
+    state = sampler.init(dict(model.named_parameters()))
+    sampler.end_burn_in(state)
+    calls.clear()
+    from bdeeponet.samplers.langevin import energy_and_grads
+
+    energy_and_grads(energy, state.chains[1].params, batch, sampler.hot_active(state, g))
+    assert calls == []
+
+
+def test_burn_in_is_full_training():
+    model, energy, batch, g = setup()
+    sampler = MReSGLD(lr=1e-3, groups=parameter_groups(model))
+    state = sampler.init(dict(model.named_parameters()))
+    assert sampler.hot_active(state, g) is None
+
+
+@pytest.mark.parametrize("kwargs", [dict(c=1.5), dict(c=-0.1), dict(groups={"a": ["x"]})])
+def test_bad_settings_are_refused(kwargs):
+    model, *_ = setup()
+    base = dict(groups=parameter_groups(model))
+    with pytest.raises(ValueError):
+        MReSGLD(**{**base, **kwargs})
+
+
+def test_resgld_refuses_bad_temperatures_and_steps():
+    with pytest.raises(ValueError, match="tau1 must be < tau2"):
+        ReSGLD(tau1=2.0, tau2=1.0)
+    with pytest.raises(ValueError, match="lr must be > 0"):
+        ReSGLD(lr=0.0)

@@ -1,0 +1,423 @@
+"""The ``bdeeponet`` command (DESIGN.md, command-line contract), driven in-process through
+``main(argv)``: bad usage and bad input exit 2 with one ``error: ...`` line on stderr and leave
+no output behind; tiny end-to-end runs of generate, plot-data, train, predict and evaluate."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bdeeponet.cli import main
+from bdeeponet.data import load
+
+torch.set_num_threads(1)
+
+METHODS = ("adam", "sgld", "resgld", "mresgld")
+N_TRAIN, N_TEST, M, P = 20, 5, 100, 100  # antiderivative defaults: 100 sensors, 100 times
+TINY = ["--epochs", "3", "--batch-size", "10", "--width", "8", "--latent", "8", "--quiet"]
+
+
+def cli(capsys, *argv):
+    """Run ``bdeeponet argv`` in-process; returns (exit code, stdout, stderr)."""
+    rc = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def assert_error(result, *words):
+    """Exit 2, exactly one stderr line ``error: ...`` holding every word, no traceback."""
+    rc, _, err = result
+    assert rc == 2, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+
+
+def files_in(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "f.npz"
+    rc = main(["generate", "antiderivative", "--noise", "0.01", "--out", str(path),
+               "--n-train", str(N_TRAIN), "--n-test", str(N_TEST)])
+    assert rc == 0
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, data_file):
+    """Lazily trained tiny runs, one per method, shared by the module's tests."""
+    cache = {}
+
+    def get(method: str) -> Path:
+        if method not in cache:
+            out = tmp_path_factory.mktemp("runs") / method
+            assert main(["train", str(data_file), "--method", method, "--out", str(out),
+                         *TINY]) == 0
+            cache[method] = out
+        return cache[method]
+
+    return get
+
+
+@pytest.fixture
+def u_file(tmp_path):
+    def write(u, **extra):
+        path = tmp_path / "input.npz"
+        np.savez(path, u=u, **extra)
+        return path
+
+    return write
+
+
+# ------------------------------------------------------------------ a real process
+
+
+def test_real_process_exits_2_with_one_error_line(tmp_path):
+    exe = Path(sys.executable).with_name("bdeeponet")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "bdeeponet.cli"]
+    out = tmp_path / "x.npz"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [*cmd, "generate", "no_such_problem", "--noise", "0.1", "--out", str(out)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert "Traceback" not in proc.stderr and "no_such_problem" in lines[0]
+    assert proc.stdout == ""
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------ usage errors
+
+
+def test_unknown_problem_lists_valid_ones(capsys, tmp_path):
+    result = cli(capsys, "generate", "heat", "--noise", "0.1", "--out", tmp_path / "x.npz")
+    assert_error(result, "'heat'", "antiderivative", "pendulum", "diffusion_reaction",
+                 "advection_diffusion")
+    assert files_in(tmp_path) == []
+
+
+def test_unknown_subcommand_lists_valid_ones(capsys):
+    assert_error(cli(capsys, "frobnicate"), "'frobnicate'", "generate", "train", "predict",
+                 "evaluate", "plot-data")
+
+
+def test_missing_subcommand(capsys):
+    assert_error(cli(capsys), "required", "command", "--help")
+
+
+@pytest.mark.parametrize(
+    ("argv", "word"),
+    [
+        (["generate", "antiderivative", "--out", "{out}"], "--noise"),
+        (["generate", "antiderivative", "--noise", "0.1"], "--out"),
+        (["generate", "--noise", "0.1", "--out", "{out}"], "problem"),
+        (["train", "{data}", "--method", "adam"], "--out"),
+        (["predict", "{run}", "--out", "{out}"], "input"),
+        (["plot-data", "{data}"], "--out"),
+    ],
+    ids=["generate-noise", "generate-out", "generate-problem", "train-out", "predict-input",
+         "plot-out"],
+)
+def test_missing_required_argument(capsys, tmp_path, argv, word):
+    names = {"out": tmp_path / "out.npz", "data": tmp_path / "d.npz", "run": tmp_path / "r"}
+    argv = [a.format(**names) for a in argv]
+    assert_error(cli(capsys, *argv), "required", word)
+    assert files_in(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--noise", "0"], ["noise", "> 0"]),
+        (["--noise", "-1"], ["noise", "> 0"]),
+        (["--noise", "nan"], ["noise", "> 0"]),
+        (["--noise", "abc"], ["--noise", "'abc'"]),
+        (["--noise", "0.1", "--param", "viscosity=0.1"], ["'viscosity'", "n_points"]),
+        (["--noise", "0.1", "--param", "n_points"], ["NAME=VALUE", "'n_points'"]),
+        (["--noise", "0.1", "--param", "=3"], ["NAME=VALUE", "'=3'"]),
+        (["--noise", "0.1", "--param", "n_points=ten"], ["n_points", "integer"]),
+        (["--noise", "0.1", "--n-train", "0"], ["n_train", ">= 1"]),
+        (["--noise", "0.1", "--m", "1"], ["m must be >= 2"]),
+        (["--noise", "0.1", "--length-scale", "0"], ["length_scale"]),
+    ],
+    ids=["noise-0", "noise-neg", "noise-nan", "noise-text", "unknown-param", "param-no-eq",
+         "param-no-name", "param-bad-value", "n-train-0", "m-1", "length-scale-0"],
+)
+def test_generate_bad_option_writes_nothing(capsys, tmp_path, extra, words):
+    out = tmp_path / "x.npz"
+    assert_error(cli(capsys, "generate", "antiderivative", "--out", out, *extra), *words)
+    assert files_in(tmp_path) == []
+
+
+def test_generate_out_must_be_npz(capsys, tmp_path):
+    assert_error(cli(capsys, "generate", "pendulum", "--noise", "0.1", "--out",
+                     tmp_path / "x.txt"), ".npz")
+    assert files_in(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--method", "lbfgs"], ["'lbfgs'", "adam, sgld, resgld, mresgld"]),
+        (["--c", "1.5"], ["c must be in [0, 1]", "1.5"]),
+        (["--tau1", "2", "--tau2", "1"], ["tau1 must be < tau2"]),
+        (["--tau1", "1", "--tau2", "1"], ["tau1 must be < tau2"]),
+        (["--lr", "0"], ["lr must be > 0"]),
+        (["--noise-std", "-1"], ["noise_std must be > 0"]),
+        (["--epochs", "0"], ["epochs must be >= 1"]),
+        (["--epochs", "2", "--burn-in", "2"], ["burn_in"]),
+        (["--activation", "sine", "--epochs", "1"], ["'sine'", "tanh"]),
+        (["--config", "no_such.toml"], ["no such config file"]),
+    ],
+    ids=["method", "c", "tau-order", "tau-equal", "lr", "noise-std", "epochs", "burn-in",
+         "activation", "config"],
+)
+def test_train_bad_option_writes_nothing(capsys, tmp_path, data_file, extra, words):
+    out = tmp_path / "run"
+    assert_error(cli(capsys, "train", data_file, "--out", out, "--quiet", *extra), *words)
+    assert not out.exists()
+
+
+def test_train_missing_file(capsys, tmp_path):
+    missing = tmp_path / "nothing.npz"
+    assert_error(cli(capsys, "train", missing, "--out", tmp_path / "run"), "no such file",
+                 str(missing))
+    assert files_in(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [("s_train", np.nan, ["'s_train'", "NaN"]), ("u_test", None, ["missing key 'u_test'"])],
+    ids=["nan", "missing-key"],
+)
+def test_train_broken_file(capsys, tmp_path, data_file, key, value, words):
+    with np.load(data_file) as z:
+        arrays = dict(z)
+    if value is None:
+        del arrays[key]
+    else:
+        arrays[key][0, 0] = value
+    broken = tmp_path / "broken.npz"
+    np.savez(broken, **arrays)
+    assert_error(cli(capsys, "train", broken, "--out", tmp_path / "run", *TINY), *words)
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_without_noise_std_asks_for_it(capsys, tmp_path, data_file):
+    with np.load(data_file) as z:
+        arrays = {k: z[k] for k in ("u_train", "s_train", "u_test", "s_test", "y")}
+    plain = tmp_path / "plain.npz"
+    np.savez(plain, **arrays)
+    out = tmp_path / "run"
+    assert_error(cli(capsys, "train", plain, "--out", out, *TINY), "noise", "--noise-std")
+    assert not out.exists()
+    # ... and with --noise-std it trains.
+    assert cli(capsys, "train", plain, "--out", out, "--noise-std", "0.01", *TINY)[0] == 0
+    assert json.loads((out / "config.json").read_text())["noise_std"] == 0.01
+
+
+def test_train_refuses_to_overwrite_finished_run(capsys, runs, data_file):
+    run = runs("adam")
+    before = (run / "metrics.json").read_bytes()
+    assert_error(cli(capsys, "train", data_file, "--out", run, *TINY), "finished run")
+    assert (run / "metrics.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+def test_missing_run_directory(capsys, tmp_path, data_file, command):
+    args = [data_file, "--out", tmp_path / "p.npz"] if command == "predict" else [data_file]
+    assert_error(cli(capsys, command, tmp_path / "no_run", *args), "no such run directory")
+    assert files_in(tmp_path) == []
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+def test_unfinished_run_directory(capsys, tmp_path, runs, data_file, u_file, command):
+    run = tmp_path / "unfinished"
+    shutil.copytree(runs("adam"), run)
+    (run / "metrics.json").unlink()
+    pred = tmp_path / "p.npz"
+    args = [u_file(np.zeros((2, M))), "--out", pred] if command == "predict" else [data_file]
+    assert_error(cli(capsys, command, run, *args), "metrics.json", "did not finish")
+    assert not pred.exists()
+
+
+@pytest.mark.parametrize(
+    ("arrays", "words"),
+    [
+        ({"u": np.zeros((2, M + 1))}, ["'u'", f"(n, {M})", f"{M + 1}"]),
+        ({"u": np.zeros(M)}, ["'u'", f"(n, {M})"]),
+        ({"u": np.zeros((2, M)), "y": np.zeros((4, 2))}, ["'y'", "(P, 1)"]),
+        ({"u": np.full((2, M), np.nan)}, ["'u'", "NaN"]),
+        ({"v": np.zeros((2, M))}, ["missing key 'u'"]),
+        ({"u": np.full((2, M), "x")}, []),
+    ],
+    ids=["u-sensor-count", "u-rank", "y-dim", "u-nan", "no-u", "u-text"],
+)
+def test_predict_bad_input_writes_nothing(capsys, tmp_path, runs, arrays, words):
+    path = tmp_path / "input.npz"
+    np.savez(path, **arrays)
+    pred = tmp_path / "pred.npz"
+    assert_error(cli(capsys, "predict", runs("adam"), path, "--out", pred), *words)
+    assert not pred.exists()
+
+
+def test_predict_input_that_is_not_npz(capsys, tmp_path, runs):
+    path = tmp_path / "input.npy"
+    np.save(path, np.zeros((2, M)))
+    pred = tmp_path / "pred.npz"
+    assert_error(cli(capsys, "predict", runs("adam"), path, "--out", pred), str(path), ".npz")
+    assert not pred.exists()
+
+
+def test_predict_missing_input_file(capsys, tmp_path, runs):
+    pred = tmp_path / "pred.npz"
+    assert_error(cli(capsys, "predict", runs("sgld"), tmp_path / "none.npz", "--out", pred),
+                 "no such file")
+    assert not pred.exists()
+
+
+@pytest.mark.parametrize("command", ["generate", "plot-data", "train"])
+def test_output_under_a_regular_file(capsys, tmp_path, data_file, command):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    out = blocker / "out.npz"
+    argv = {
+        "generate": ["generate", "pendulum", "--noise", "0.1", "--out", out, "--n-train", "2",
+                     "--n-test", "1", "--m", "5"],
+        "plot-data": ["plot-data", data_file, "--out", blocker / "fig.png"],
+        "train": ["train", data_file, "--out", blocker, *TINY],
+    }[command]
+    assert_error(cli(capsys, *argv), str(blocker))
+    assert files_in(tmp_path) == ["file"] and blocker.read_text() == ""
+
+
+def test_plot_data_unsupported_format_writes_nothing(capsys, tmp_path, data_file):
+    assert_error(cli(capsys, "plot-data", data_file, "--out", tmp_path / "fig.xyz"), "xyz")
+    assert files_in(tmp_path) == []
+
+
+# ------------------------------------------------------------------ success paths
+
+
+def test_generate_writes_loadable_file(capsys, data_file):
+    d = load(data_file)
+    assert d.u_train.shape == (N_TRAIN, M) and d.u_test.shape == (N_TEST, M)
+    assert d.s_train.shape == (N_TRAIN, P) and d.y.shape == (P, 1)
+    assert d.noise_std == 0.01
+    assert d.meta["problem"] == "antiderivative" and d.meta["seed"] == 0
+    assert files_in(data_file.parent) == ["f.npz"]  # no temporary left behind
+
+
+def test_generate_reports_what_it_wrote(capsys, tmp_path):
+    out = tmp_path / "p.npz"
+    rc, stdout, err = cli(capsys, "generate", "pendulum", "--noise", "0.05", "--out", out,
+                          "--n-train", "3", "--n-test", "2", "--m", "10", "--seed", "4",
+                          "--param", "k=2")
+    assert rc == 0 and err == ""
+    assert str(out) in stdout
+    d = load(out)
+    assert d.u_train.shape == (3, 10) and d.meta["seed"] == 4
+    assert d.meta["parameters"]["k"] == 2
+
+
+@pytest.mark.parametrize(
+    ("problem", "extra"),
+    [("pendulum", []), ("advection_diffusion", ["--param", "nx=8", "--param", "nt=6"])],
+)
+def test_plot_data_writes_png(capsys, tmp_path, problem, extra):
+    data = tmp_path / "d.npz"
+    assert cli(capsys, "generate", problem, "--noise", "0.01", "--out", data, "--n-train", "8",
+               "--n-test", "2", "--m", "10", *extra)[0] == 0
+    fig = tmp_path / "fig.png"
+    rc, _, err = cli(capsys, "plot-data", data, "--out", fig)
+    assert rc == 0 and err == ""
+    assert fig.stat().st_size > 1000
+    assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(params=METHODS)
+def method(request):
+    return request.param
+
+
+def test_train_writes_run_directory(runs, method):
+    run = runs(method)
+    for name in ("config.json", "history.csv", "posterior.pt", "metrics.json",
+                 "query_points.npy"):
+        assert (run / name).stat().st_size > 0, name
+    rows = (run / "history.csv").read_text().splitlines()
+    assert len(rows) == 4 and rows[0].startswith("epoch,")
+    assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3"]
+    config = json.loads((run / "config.json").read_text())
+    assert config["train"]["method"] == method and config["train"]["epochs"] == 3
+    assert config["noise_std"] == 0.01
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert {"e1", "e2", "e3"} <= metrics.keys()
+    assert np.load(run / "query_points.npy").shape == (P, 1)
+
+
+def test_predict_at_the_runs_query_points(capsys, tmp_path, runs, method, u_file):
+    u = new_inputs()
+    pred = tmp_path / "pred.npz"
+    rc, stdout, _ = cli(capsys, "predict", runs(method), u_file(u), "--out", pred)
+    assert rc == 0 and str(pred) in stdout
+    with np.load(pred) as z:
+        out = dict(z)
+    assert_band(out, (len(u), P))
+    # Passing the run's own query points explicitly gives the same prediction.
+    explicit = tmp_path / "explicit.npz"
+    y = np.load(runs(method) / "query_points.npy")
+    assert cli(capsys, "predict", runs(method), u_file(u, y=y), "--out", explicit)[0] == 0
+    with np.load(explicit) as z:
+        np.testing.assert_allclose(z["mean"], out["mean"], rtol=1e-6, atol=1e-9)
+
+
+def test_predict_at_new_query_points(capsys, tmp_path, runs, method, u_file):
+    u = new_inputs(2)
+    y = np.linspace(0.0, 1.0, 7)[:, None]
+    pred = tmp_path / "pred.npz"
+    assert cli(capsys, "predict", runs(method), u_file(u, y=y), "--out", pred)[0] == 0
+    with np.load(pred) as z:
+        assert_band(dict(z), (2, 7))
+
+
+def test_evaluate_prints_metrics_json(capsys, runs, method, data_file):
+    rc, stdout, err = cli(capsys, "evaluate", runs(method), data_file)
+    assert rc == 0, err
+    metrics = json.loads(stdout)
+    assert {"e1", "e2", "e3"} <= metrics.keys()
+    assert all(np.isfinite(metrics[k]) for k in ("e1", "e2", "e3"))
+    assert 0.0 <= metrics["e3"] <= 100.0
+    # The same test set as in training: evaluate reproduces the run's own metrics.
+    saved = json.loads((runs(method) / "metrics.json").read_text())
+    for key in ("e1", "e2", "e3"):
+        assert metrics[key] == pytest.approx(saved[key], rel=1e-6, abs=1e-9)
+
+
+def new_inputs(n: int = 3) -> np.ndarray:
+    """Input functions the run has never seen (predict needs no training data)."""
+    return np.random.default_rng(5).standard_normal((n, M))
+
+
+def assert_band(out: dict, shape: tuple) -> None:
+    for key in ("mean", "std", "lower", "upper"):
+        assert out[key].shape == shape, (key, out[key].shape)
+        assert np.all(np.isfinite(out[key])), key
+    assert np.all(out["std"] >= 0)
+    assert np.all(out["lower"] <= out["mean"]) and np.all(out["mean"] <= out["upper"])
+    np.testing.assert_allclose(out["upper"] - out["lower"], 4 * out["std"], rtol=1e-6,
+                               atol=1e-12)

@@ -1,0 +1,93 @@
+"""Training runs: resume after a kill, divergence handling, and the anti-derivative end to end."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from bdeeponet import TrainConfig, generate, get_problem, train
+from bdeeponet.train import TrainingDiverged
+
+torch.set_num_threads(1)
+SMALL = dict(epochs=40, batch_size=10, width=16, latent=16, checkpoint_every=2)
+
+
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory):
+    data = generate(get_problem("antiderivative"), 0.01, np.random.default_rng(0),
+                    n_train=40, n_test=10)
+    path = tmp_path_factory.mktemp("data") / "anti.npz"
+    data.save(path)
+    return data, path
+
+
+def _train_cmd(path, out, method, *extra):
+    args = [sys.executable, "-m", "bdeeponet.cli", "train", str(path), "--method", method,
+            "--out", str(out), "--quiet"]
+    for k, v in SMALL.items():
+        args += [f"--{k.replace('_', '-')}", str(v)]
+    return args + list(extra)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["mresgld", "adam"])
+def test_killed_run_resumes_to_the_same_result(small_data, tmp_path, method):
+    _, path = small_data
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    subprocess.run(_train_cmd(path, full, method), check=True, capture_output=True)
+    proc = subprocess.Popen(_train_cmd(path, cut, method), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 60
+    while not (cut / "checkpoint.pt").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (cut / "metrics.json").exists(), "the run finished before it could be killed"
+    subprocess.run(_train_cmd(path, cut, method, "--resume"), check=True, capture_output=True)
+    a = torch.load(full / "posterior.pt", weights_only=True)["samples"]
+    b = torch.load(cut / "posterior.pt", weights_only=True)["samples"]
+    assert torch.equal(a, b)
+    ma, mb = (json.loads((d / "metrics.json").read_text()) for d in (full, cut))
+    assert ma == mb
+
+
+def test_same_seed_same_result_and_other_seed_differs(small_data):
+    data, _ = small_data
+    conf = TrainConfig(method="resgld", epochs=6, batch_size=10, width=8, latent=8)
+    a, b = train(data, conf), train(data, conf)
+    c = train(data, conf.updated(seed=1))
+    assert torch.equal(a.posterior.samples, b.posterior.samples)
+    assert not torch.equal(a.posterior.samples, c.posterior.samples)
+
+
+def test_divergence_stops_with_a_clear_message_and_no_finished_run(small_data, tmp_path):
+    data, _ = small_data
+    conf = TrainConfig(method="sgld", epochs=20, batch_size=10, width=8, latent=8, lr=1e30,
+                       precondition=False, checkpoint_every=1)
+    with pytest.raises(TrainingDiverged, match="epoch 1.*smaller step size"):
+        train(data, conf, out=tmp_path / "run")
+    assert not (tmp_path / "run" / "metrics.json").exists()
+    assert not (tmp_path / "run" / "posterior.pt").exists()
+
+
+@pytest.fixture(scope="module")
+def anti_data():
+    return generate(get_problem("antiderivative"), 0.01, np.random.default_rng(0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method,bound", [("resgld", 6.95), ("mresgld", 7.83)])
+def test_antiderivative_end_to_end_beats_the_paper(anti_data, method, bound):
+    """σ = 0.01, 1000 functions: posterior-mean e2 below the paper's Table 1 errors."""
+    result = train(anti_data, TrainConfig(method=method, epochs=600))
+    m = result.metrics
+    assert m["e2"] < bound, m
+    assert 0.0 < m["band_width"] < 0.5, m
+    assert m["e3"] >= 90.0, m
