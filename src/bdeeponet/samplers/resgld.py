@@ -11,7 +11,7 @@ leaves ``π(θ¹, θ²) ∝ exp(−U(θ¹)/τ1 − U(θ²)/τ2)`` invariant, is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -37,7 +37,6 @@ class ReplicaState:
     n_swaps: int = 0
     n_steps: int = 0
     accelerated: bool = False  # m-reSGLD: the hot replica updates one group at a time
-    extra: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
