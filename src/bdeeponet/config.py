@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -45,13 +46,12 @@ class TrainConfig:
                      "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("tau1", "tau2", "prior_std"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in ("lr", "lr_hot", "noise_std"):
+        for name in ("tau1", "tau2", "prior_std", "lr", "lr_hot", "noise_std"):
             v = getattr(self, name)
-            if v is not None and not v > 0:
-                raise ValueError(f"{name} must be > 0, got {v}")
+            if v is None and name not in ("tau1", "tau2", "prior_std"):
+                continue
+            if not (v > 0 and math.isfinite(v)):
+                raise ValueError(f"{name} must be a finite number > 0, got {v}")
         if self.tau1 >= self.tau2:
             raise ValueError(f"tau1 must be < tau2, got tau1={self.tau1}, tau2={self.tau2}")
         if not 0.0 <= self.c <= 1.0:
