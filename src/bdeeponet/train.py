@@ -208,6 +208,12 @@ def _finish(loop, sampler, config, mconf, data, out) -> RunResult:
     metrics["n_samples"] = post.n_samples
     if config.method in ("resgld", "mresgld"):
         metrics["swap_rate"] = loop.state.n_swaps / max(loop.state.n_steps, 1)
+        # σ1, σ2 (per level) and sd(ΔÛ), as tracked online for the swap (paper Section 3.2)
+        metrics["energy_estimator_sd"] = {
+            "cold": (loop.state.replica_var[0].value or 0.0) ** 0.5,
+            "hot": (loop.state.replica_var[1].value or 0.0) ** 0.5,
+            "difference": (loop.state.swap_var.value or 0.0) ** 0.5,
+        }
     if config.method != "adam":
         metrics["ess"] = _prediction_ess(post, data)
     timing = {

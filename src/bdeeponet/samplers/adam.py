@@ -13,8 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ..energy import Params
-from .langevin import clone_params
-from .sgld import check_positive
+from .langevin import check_positive, clone_params
 
 
 @dataclass

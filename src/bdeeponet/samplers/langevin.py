@@ -139,3 +139,10 @@ def langevin_update(
         G, sqrt_g = (1.0, 1.0) if precond is None else precond.metric(name)
         noise = torch.randn(p.shape, generator=generator, dtype=p.dtype)
         p.add_(g * G, alpha=-lr).add_(noise * sqrt_g, alpha=(2 * lr * tau) ** 0.5)
+
+
+def check_positive(**values: float) -> None:
+    """Raise ValueError naming the first hyperparameter that is not > 0."""
+    for name, v in values.items():
+        if not v > 0:
+            raise ValueError(f"{name} must be > 0, got {v}")

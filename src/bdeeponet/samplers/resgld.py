@@ -11,6 +11,7 @@ leaves ``π(θ¹, θ²) ∝ exp(−U(θ¹)/τ1 − U(θ²)/τ2)`` invariant, is 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -19,12 +20,12 @@ from ..energy import Params
 from .langevin import (
     Chain,
     Preconditioner,
+    check_positive,
     clone_params,
     energy_and_grads,
     freeze,
     langevin_update,
 )
-from .sgld import check_positive
 from .swap import RunningVariance, accept_swap, estimator_variance, paired_variance, swap_log_rate
 
 
@@ -107,7 +108,7 @@ class ReSGLD:
             "energy": float(v1.total.detach()),
             "energy_hot": float(v2.total.detach()),
             "swapped": swapped,
-            "swap_rate_estimate": min(1.0, float(torch.tensor(log_rate).exp())),
+            "swap_rate_estimate": math.exp(min(0.0, log_rate)),
         }
 
     def end_burn_in(self, state: ReplicaState) -> None:

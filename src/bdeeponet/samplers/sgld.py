@@ -11,6 +11,7 @@ from ..energy import Params
 from .langevin import (
     Chain,
     Preconditioner,
+    check_positive,
     clone_params,
     energy_and_grads,
     freeze,
@@ -56,8 +57,3 @@ class SGLD:
     def sample(self, state: SGLDState) -> Params:
         return state.chain.params
 
-
-def check_positive(**values: float) -> None:
-    for name, v in values.items():
-        if not v > 0:
-            raise ValueError(f"{name} must be > 0, got {v}")
