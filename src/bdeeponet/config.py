@@ -7,7 +7,7 @@ import tomllib
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-METHOD_NAMES = ("adam", "sgld", "resgld", "mresgld")
+METHOD_NAMES = ("adam", "sgld", "resgld", "mresgld", "linear")
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,16 @@ class Posterior:
         self.model = DeepONet(self.config)
         self.template = {k: v.detach() for k, v in self.model.named_parameters()}
 
+    kind = "deeponet"
+
+    @property
+    def n_sensors(self) -> int:
+        return self.config.n_sensors
+
+    @property
+    def dim_y(self) -> int:
+        return self.config.dim_y
+
     @property
     def n_samples(self) -> int:
         return self.mc_dropout or self.samples.shape[0]

@@ -11,6 +11,7 @@ import torch
 
 from .config import TrainConfig
 from .data import OperatorData
+from .linear import LinearPosterior
 from .metrics import all_metrics
 from .posterior import Posterior
 
@@ -23,16 +24,16 @@ class RunError(ValueError):
 class Run:
     path: Path
     config: TrainConfig
-    posterior: Posterior
+    posterior: Posterior | LinearPosterior
     metrics: dict
 
     @property
     def n_sensors(self) -> int:
-        return self.posterior.config.n_sensors
+        return self.posterior.n_sensors
 
     @property
     def dim_y(self) -> int:
-        return self.posterior.config.dim_y
+        return self.posterior.dim_y
 
 
 def load_run(path: str | Path) -> Run:
@@ -46,7 +47,9 @@ def load_run(path: str | Path) -> Run:
     try:
         conf = json.loads((path / "config.json").read_text())
         config = TrainConfig.from_dict(conf["train"])
-        posterior = Posterior.from_state_dict(torch.load(path / "posterior.pt", weights_only=True))
+        state = torch.load(path / "posterior.pt", weights_only=True)
+        kind = LinearPosterior if state.get("kind") == "linear" else Posterior
+        posterior = kind.from_state_dict(state)
         metrics = json.loads((path / "metrics.json").read_text())
     except (OSError, KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise RunError(f"{path} is not a readable run directory ({exc})") from None

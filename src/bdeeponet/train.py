@@ -23,6 +23,7 @@ from .config import TrainConfig
 from .data import OperatorData
 from .energy import GaussianEnergy
 from .io import atomic_write, write_json, write_text
+from .linear import LinearPosterior, fit_linear
 from .metrics import all_metrics, effective_sample_size, relative_errors
 from .model import DeepONet, ModelConfig, parameter_groups, set_dropout_generator
 from .posterior import Posterior, flatten
@@ -40,7 +41,7 @@ class TrainingDiverged(RuntimeError):
 
 @dataclass
 class RunResult:
-    posterior: Posterior
+    posterior: Posterior | LinearPosterior
     metrics: dict
     history: list[dict]
     timing: dict
@@ -109,6 +110,8 @@ def train(
     """Train ``config.method`` on ``data``; with ``out``, write the run directory there."""
     sigma = resolve_noise_std(config, data)
     out = Path(out) if out is not None else None
+    if config.method == "linear":
+        return _train_linear(data, config, sigma, out)
     mconf = model_config(config, data)
     with torch.random.fork_rng():  # initial weights from the run's seed, global RNG untouched
         torch.manual_seed(config.seed)
@@ -200,12 +203,10 @@ def _finish(loop, sampler, config, mconf, data, out) -> RunResult:
         post = Posterior(mconf, flatten(sampler.sample(loop.state))[None], config.mc_samples)
     else:
         post = Posterior(mconf, torch.stack(loop.samples))
-    pred = post.predict(data.u_test, data.y, seed=config.seed)
-    metrics = all_metrics(pred["mean"].numpy(), pred["std"].numpy(), data.s_test)
+    metrics = _test_metrics(post, data, config.seed)
     post_burn = [r for r in loop.history if r["epoch"] > config.burn_in_epochs]
     metrics["e1_after_burn_in"] = float(np.mean([r["e1"] for r in post_burn]))
     metrics["e2_after_burn_in"] = float(np.mean([r["e2"] for r in post_burn]))
-    metrics["n_samples"] = post.n_samples
     if config.method in ("resgld", "mresgld"):
         metrics["swap_rate"] = loop.state.n_swaps / max(loop.state.n_steps, 1)
         # σ1, σ2 (per level) and sd(ΔÛ), as tracked online for the swap (paper Section 3.2)
@@ -221,13 +222,43 @@ def _finish(loop, sampler, config, mconf, data, out) -> RunResult:
         "n_iters": loop.n_steps,
         "epochs": config.epochs,
     }
+    return _write_run(out, RunResult(post, metrics, loop.history, timing), data)
+
+
+def _train_linear(data: OperatorData, config: TrainConfig, sigma: float, out) -> RunResult:
+    """The closed-form Bayesian linear-regression baseline (:mod:`.linear`)."""
     if out is not None:
-        atomic_write(out / "posterior.pt", lambda fh: torch.save(post.state_dict(), fh))
+        write_json(out / "config.json", {"train": config.to_dict(), "noise_std": sigma,
+                                         "data_meta": data.meta})
+    t0 = time.perf_counter()
+    post = fit_linear(data.u_train, data.s_train, data.y, sigma, config.prior_std)
+    seconds = time.perf_counter() - t0
+    metrics = _test_metrics(post, data, config.seed)
+    metrics["e1_after_burn_in"], metrics["e2_after_burn_in"] = metrics["e1"], metrics["e2"]
+    row = {"epoch": 1, "e1": metrics["e1"], "e2": metrics["e2"], "e1_mean": metrics["e1"],
+           "e2_mean": metrics["e2"], "energy": float("nan"), "swap_rate": float("nan"),
+           "sec_per_iter": seconds}
+    timing = {"sec_per_iter": seconds, "n_iters": 1, "epochs": 1}
+    return _write_run(out, RunResult(post, metrics, [row], timing), data)
+
+
+def _test_metrics(post, data: OperatorData, seed: int) -> dict:
+    pred = post.predict(data.u_test, data.y, seed=seed)
+    metrics = all_metrics(pred["mean"].numpy(), pred["std"].numpy(), data.s_test)
+    metrics["n_samples"] = post.n_samples
+    return metrics
+
+
+def _write_run(out: Path | None, result: RunResult, data: OperatorData) -> RunResult:
+    """Write the run directory; ``metrics.json`` last, so its presence means finished."""
+    if out is not None:
+        atomic_write(out / "posterior.pt",
+                     lambda fh: torch.save(result.posterior.state_dict(), fh))
         atomic_write(out / "query_points.npy", lambda fh: np.save(fh, data.y))
-        write_history(out / "history.csv", loop.history)
-        write_json(out / "timing.json", timing)
-        write_json(out / "metrics.json", metrics)
-    return RunResult(post, metrics, loop.history, timing)
+        write_history(out / "history.csv", result.history)
+        write_json(out / "timing.json", result.timing)
+        write_json(out / "metrics.json", result.metrics)
+    return result
 
 
 def _prediction_ess(post: Posterior, data: OperatorData, n_points: int = 50) -> float:
