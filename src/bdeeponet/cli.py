@@ -69,12 +69,29 @@ def _add_predict_evaluate(sub):
     p.add_argument("--out", required=True, help="output image (.png, .pdf, .svg)")
 
 
+def _add_reproduce(sub):
+    p = sub.add_parser("reproduce", help="the paper's experiment grid: runs, tables, figures, report.html")
+    p.add_argument("--out", required=True, help="output directory (data, runs, tables, report)")
+    p.add_argument("--problems", nargs="+", help="default: all four")
+    p.add_argument("--noises", nargs="+", type=float,
+                   help="noise levels for every chosen problem (default: the paper's pairs)")
+    p.add_argument("--methods", nargs="+", default=["adam", "resgld", "mresgld"],
+                   help="any of adam, sgld, resgld, mresgld, linear")
+    p.add_argument("--epochs", type=int, default=8000)
+    p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--workers", type=int, default=2, help="local processes (one torch thread each)")
+    p.add_argument("--executor", choices=["local", "ray"], default="local")
+    p.add_argument("--ray-address", help="address of a running Ray cluster (default: start one)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="bdeeponet", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_generate(sub)
     _add_train(sub)
     _add_predict_evaluate(sub)
+    _add_reproduce(sub)
     return parser
 
 
@@ -193,8 +210,17 @@ def cmd_evaluate(args) -> None:
     print(json.dumps(evaluate(run, data), indent=2))
 
 
+def cmd_reproduce(args) -> None:
+    from .experiments import reproduce
+
+    report = reproduce(args.out, args.problems, args.noises, args.methods, args.epochs, args.seeds,
+                       args.workers, args.executor, not args.quiet, args.ray_address)
+    print((Path(args.out) / "results.md").read_text())
+    print(f"report: {report} (tables: results.md, results.csv, time_ratio.csv; figures/)")
+
+
 COMMANDS = {"generate": cmd_generate, "plot-data": cmd_plot_data, "train": cmd_train,
-            "predict": cmd_predict, "evaluate": cmd_evaluate}
+            "predict": cmd_predict, "evaluate": cmd_evaluate, "reproduce": cmd_reproduce}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -108,3 +108,75 @@ def plot_history(history: list[dict], path, title: str = "", burn_in: int | None
     if title:
         fig.suptitle(title)
     return save(fig, path)
+
+
+def plot_convergence(histories: dict[str, list[dict]], path, title: str = "") -> Path:
+    """The paper's convergence figure: e1 (left) and e2 (right) of the current sample for
+    the whole run, the first 1000 and the last 1000 epochs (rows), one line per method."""
+    fig, axes = plt.subplots(3, 2, figsize=(11, 9), squeeze=False)
+    for method, hist in histories.items():
+        ep = np.array([r["epoch"] for r in hist])
+        n = len(ep)
+        windows = (slice(0, n), slice(0, min(n, 1000)), slice(max(0, n - 1000), n))
+        for row, win in enumerate(windows):
+            for col, key in enumerate(("e1", "e2")):
+                vals = np.array([r[key] for r in hist])
+                ax = axes[row][col]
+                if n == 1:  # a closed-form fit (the linear baseline): a reference level
+                    ax.axhline(vals[0], color="k", ls="--", lw=1, label=method)
+                else:
+                    ax.semilogy(ep[win], vals[win], lw=0.8, label=method)
+    names = ("whole run", "first 1000 epochs", "last 1000 epochs")
+    for row in range(3):
+        for col, key in enumerate(("e1", "e2")):
+            ax = axes[row][col]
+            ax.set_title(f"{key}, {names[row]}", fontsize=9)
+            ax.set_xlabel("epoch")
+            ax.set_ylabel(f"{key} (%)")
+            ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return save(fig, path)
+
+
+def plot_bands(y, truth, panels: dict[str, dict], path, title: str = "") -> Path:
+    """One test trajectory, one panel per method, each with its e3 in the title."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
+    for ax, (method, p) in zip(axes[0], panels.items(), strict=True):
+        inside = (truth >= p["lower"]) & (truth <= p["upper"])
+        band_axes(ax, np.asarray(y), truth, p["mean"], p["lower"], p["upper"],
+                  f"{method}: e3 = {100 * inside.mean():.0f}%")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return save(fig, path)
+
+
+def plot_iteration_time(histories: dict[str, list[dict]], path, title: str = "") -> Path:
+    """Seconds per iteration, per epoch, of reSGLD and m-reSGLD, with each mean."""
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for method, hist in histories.items():
+        sec = np.array([r["sec_per_iter"] for r in hist]) * 1e3
+        ax.plot([r["epoch"] for r in hist], sec, lw=0.6,
+                label=f"{method} (mean {sec.mean():.2f} ms)")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("ms per iteration")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    return save(fig, path)
+
+
+def plot_calibration(calibrations: dict[str, list[dict]], path, title: str = "") -> Path:
+    """Observed vs nominal coverage of the central Gaussian band (mean over seeds)."""
+    fig, ax = plt.subplots(figsize=(4.5, 4.2))
+    ax.plot([0, 100], [0, 100], "k:", lw=1, label="ideal")
+    for method, cals in calibrations.items():
+        levels = sorted(cals[0], key=float)
+        observed = [np.mean([c[lv] for c in cals]) for lv in levels]
+        ax.plot([100 * float(lv) for lv in levels], observed, "o-", label=method)
+    ax.set_xlabel("nominal coverage (%)")
+    ax.set_ylabel("observed coverage of the truth (%)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    return save(fig, path)

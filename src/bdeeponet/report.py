@@ -1,11 +1,19 @@
-"""Figures of one run (written beside it by ``train``)."""
+"""Figures of one run (written beside it by ``train``) and the report of the paper grid:
+CSV and Markdown tables, figures and a self-contained ``report.html``."""
 
 from __future__ import annotations
 
+import base64
+import csv
+import html
+import io
+import json
+import os
 from pathlib import Path
 
 import numpy as np
 
+from .io import write_text
 from .metrics import coverage
 from .plots import plot_band, plot_history
 
@@ -23,3 +31,214 @@ def write_run_figures(out: Path, result, data, config, index: int = 0) -> list[P
                      burn_in=config.burn_in_epochs),
         plot_band(np.asarray(data.y), truth, mean, lower, upper, out / "band.png", title=title),
     ]
+
+
+# ---------------------------------------------------------------- the paper grid's report
+
+METRIC_COLUMNS = ("e1_after_burn_in", "e2_after_burn_in", "e1", "e2", "e3", "band_width", "nll",
+                  "crps", "sec_per_iter")
+LABELS = {"e1_after_burn_in": "e1 (paper def.)", "e2_after_burn_in": "e2 (paper def.)",
+          "e1": "e1 (post. mean)", "e2": "e2 (post. mean)", "e3": "e3 (%)",
+          "band_width": "band width", "nll": "NLL", "crps": "CRPS", "sec_per_iter": "s / iter"}
+
+
+def collect(out: Path, scen, methods, seeds) -> dict:
+    """``{(problem, noise, method): [run record per finished seed]}`` with metrics, timing
+    and history of each run."""
+    from .experiments import Job
+
+    records = {}
+    for problem, noise in scen:
+        for method in methods:
+            recs = []
+            for seed in seeds:
+                d = Job(problem, noise, method, seed, 0).run_dir(out)
+                if (d / "metrics.json").exists():
+                    recs.append({
+                        "seed": seed, "dir": d,
+                        "metrics": json.loads((d / "metrics.json").read_text()),
+                        "timing": json.loads((d / "timing.json").read_text()),
+                        "history": _read_history(d / "history.csv"),
+                    })
+            records[(problem, noise, method)] = recs
+    return records
+
+
+def _read_history(path: Path) -> list[dict]:
+    with open(path) as fh:
+        return [{k: float(v) if v not in ("", "nan") else float("nan") for k, v in row.items()}
+                for row in csv.DictReader(fh)]
+
+
+def _value(rec: dict, key: str) -> float:
+    return rec["timing"]["sec_per_iter"] if key == "sec_per_iter" else rec["metrics"][key]
+
+
+def summary_rows(records: dict) -> list[dict]:
+    """One row per (problem, noise, method): mean and sd over seeds, and the paper's e1/e2."""
+    from .experiments import PAPER_ERRORS
+
+    rows = []
+    for (problem, noise, method), recs in records.items():
+        row = {"problem": problem, "noise": noise, "method": method, "n_seeds": len(recs)}
+        for key in METRIC_COLUMNS:
+            vals = np.array([_value(r, key) for r in recs], dtype=float)
+            row[f"{key}_mean"] = float(vals.mean()) if len(vals) else float("nan")
+            row[f"{key}_sd"] = float(vals.std(ddof=1)) if len(vals) > 1 else float("nan")
+        paper = PAPER_ERRORS.get((problem, noise), {}).get(method)
+        row["paper_e1"], row["paper_e2"] = paper if paper else (float("nan"), float("nan"))
+        rows.append(row)
+    return rows
+
+
+def time_ratio_rows(records: dict, scen) -> list[dict]:
+    """m-reSGLD / reSGLD per-iteration time per scenario (seed-paired), beside the paper's."""
+    from .experiments import PAPER_TIME_RATIO
+
+    rows = []
+    for problem, noise in scen:
+        re, mre = records.get((problem, noise, "resgld"), []), records.get((problem, noise, "mresgld"), [])
+        by_seed = {r["seed"]: r for r in re}
+        ratios = [m["timing"]["sec_per_iter"] / by_seed[m["seed"]]["timing"]["sec_per_iter"]
+                  for m in mre if m["seed"] in by_seed]
+        if ratios:
+            rows.append({"problem": problem, "noise": noise, "ratio": float(np.mean(ratios)),
+                         "paper_ratio": PAPER_TIME_RATIO.get((problem, noise), float("nan"))})
+    return rows
+
+
+def _fmt(mean: float, sd: float) -> str:
+    if not np.isfinite(mean):
+        return "–"
+    digits = 4 if abs(mean) < 0.1 else 2
+    return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if np.isfinite(sd) else "")
+
+
+def markdown_tables(rows: list[dict], ratios: list[dict]) -> str:
+    lines = []
+    for (problem, noise) in dict.fromkeys((r["problem"], r["noise"]) for r in rows):
+        lines += [f"### {problem}, σ = {noise:g}", ""]
+        head = ["method", *(LABELS[k] for k in METRIC_COLUMNS), "paper e1", "paper e2", "seeds"]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in rows:
+            if (r["problem"], r["noise"]) != (problem, noise):
+                continue
+            cells = [_fmt(r[f"{k}_mean"], r[f"{k}_sd"]) for k in METRIC_COLUMNS]
+            paper = [_fmt(r["paper_e1"], float("nan")), _fmt(r["paper_e2"], float("nan"))]
+            lines.append("| " + " | ".join([r["method"], *cells, *paper, str(r["n_seeds"])]) + " |")
+        lines.append("")
+    if ratios:
+        lines += ["### m-reSGLD / reSGLD time per iteration", "",
+                  "| problem | σ | ours | paper |", "|---|---|---|---|"]
+        for r in ratios:
+            lines.append(f"| {r['problem']} | {r['noise']:g} | {r['ratio']:.3f} | "
+                         f"{r['paper_ratio']:.3f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    if not rows:
+        return
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(path, buf.getvalue())
+
+
+def scenario_figures(out: Path, problem: str, noise: float, records: dict, methods) -> list[Path]:
+    """Convergence, bands of test function 0, time per iteration, calibration."""
+    from .data import load
+    from .experiments import data_path, scenario_name
+    from .plots import plot_bands, plot_calibration, plot_convergence, plot_iteration_time
+    from .run import load_run, predict
+
+    name = scenario_name(problem, noise)
+    figdir = out / "figures"
+    first = {m: records[(problem, noise, m)][0] for m in methods if records[(problem, noise, m)]}
+    if not first:
+        return []
+    title = f"{problem}, σ = {noise:g}"
+    figs = [plot_convergence({m: r["history"] for m, r in first.items()},
+                             figdir / f"{name}-convergence.png", title)]
+    data = load(data_path(out, problem, noise))
+    panels = {}
+    for m, rec in first.items():
+        pred = predict(load_run(rec["dir"]), data.u_test[:1], data.y)
+        panels[m] = {k: v[0] for k, v in pred.items()}
+    figs.append(plot_bands(data.y, data.s_test[0], panels, figdir / f"{name}-bands.png", title))
+    timed = {m: first[m]["history"] for m in ("resgld", "mresgld") if m in first}
+    if len(timed) == 2:
+        figs.append(plot_iteration_time(timed, figdir / f"{name}-time.png", title))
+    calib = {m: [r["metrics"]["calibration"] for r in records[(problem, noise, m)]] for m in first}
+    figs.append(plot_calibration(calib, figdir / f"{name}-calibration.png", title))
+    return figs
+
+
+def write_report(out: Path, scen, methods, seeds, wall_seconds: float | None = None) -> Path:
+    """Tables (CSV, Markdown), figures and a self-contained ``report.html`` under ``out``."""
+    records = collect(out, scen, methods, seeds)
+    rows, ratios = summary_rows(records), time_ratio_rows(records, scen)
+    _write_csv(out / "results.csv", rows)
+    _write_csv(out / "time_ratio.csv", ratios)
+    md = markdown_tables(rows, ratios)
+    write_text(out / "results.md", md)
+    figs = [f for p, n in scen for f in scenario_figures(out, p, n, records, methods)]
+    info = _machine_info(methods, seeds, wall_seconds)
+    write_text(out / "report.html", _html(md, figs, info))
+    return out / "report.html"
+
+
+def _machine_info(methods, seeds, wall_seconds) -> dict:
+    import platform
+
+    import torch
+
+    info = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+            "python": platform.python_version(), "torch": torch.__version__,
+            "methods": ", ".join(methods), "seeds": ", ".join(map(str, seeds))}
+    if wall_seconds is not None:
+        info["wall time of this invocation"] = f"{wall_seconds / 60:.1f} min"
+    return info
+
+
+def _html(markdown: str, figs: list[Path], info: dict) -> str:
+    body = ["<h1>bdeeponet: the paper's Section 5, reproduced</h1>",
+            "<ul>" + "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(str(v))}</li>"
+                             for k, v in info.items()) + "</ul>"]
+    body.append(_markdown_to_html(markdown))
+    for f in figs:
+        b64 = base64.b64encode(f.read_bytes()).decode()
+        body.append(f'<figure><img src="data:image/png;base64,{b64}" style="max-width:100%">'
+                    f"<figcaption>{html.escape(f.stem)}</figcaption></figure>")
+    style = ("body{font-family:sans-serif;max-width:1200px;margin:auto}"
+             "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;"
+             "padding:3px 6px;text-align:right}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>bdeeponet report</title>"
+            f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+
+
+def _markdown_to_html(md: str) -> str:
+    """The small Markdown subset ``markdown_tables`` writes: ### headings and pipe tables."""
+    out, rows = [], []
+
+    def flush():
+        if rows:
+            head, *rest = rows
+            out.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in head) + "</tr>"
+                       + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
+                                 for r in rest) + "</table>")
+            rows.clear()
+
+    for line in md.splitlines():
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if not all(set(c) <= {"-"} for c in cells):
+                rows.append(cells)
+        else:
+            flush()
+            if line.startswith("### "):
+                out.append(f"<h3>{html.escape(line[4:])}</h3>")
+    flush()
+    return "\n".join(out)
