@@ -341,7 +341,7 @@ def bench_aligned(problem: Problem, cfg: Settings) -> None:
 
 
 def scaling_table(title: str, column: str, runners: dict[int, Runner], base: int,
-                  unit: Callable[[int], float], unit_name: str, cfg: Settings) -> None:
+                  unit: Callable[[int], float], unit_name: str, cfg: Settings, fit: bool = True) -> None:
     times = interleave({k: (lambda r=r: r.timed_block(cfg.block)) for k, r in runners.items()},
                        cfg.rounds)
     print(f"\n{title}")
@@ -353,6 +353,10 @@ def scaling_table(title: str, column: str, runners: dict[int, Runner], base: int
         ratio = fmt_ratio(ratio_stats(t, times[base])) if base in times else ""
         print(f"{k:>10}{1e3 * med:>10.3f}{f'[{1e3 * q25:.3f}, {1e3 * q75:.3f}]':>18}{ratio:>24}"
               f"{1e6 * med / unit(k):>16.3f}")
+    if fit and len(times) > 2:
+        slope, intercept = np.polyfit(list(times), [1e3 * quartiles(t)[1] for t in times.values()], 1)
+        print(f"  least-squares line: {intercept:.3f} ms + {1e3 * slope:.3f} us x {column} "
+              f"(fixed cost {100 * intercept / (intercept + slope * base):.0f}% at {column} = {base})")
 
 
 def bench_scaling(anti: Problem, cfg: Settings) -> None:
@@ -370,7 +374,7 @@ def bench_scaling(anti: Problem, cfg: Settings) -> None:
     runners = {w: make_runner(anti, "resgld", width=w, warmup=cfg.warmup) for w in cfg.widths}
     n_params = {w: sum(p.numel() for p in r.state.chains[0].params.values()) for w, r in runners.items()}
     scaling_table("width of the hidden layers (anti-derivative, batch 100, latent 64)", "width",
-                  runners, 64, lambda w: n_params[w] / 1000, "us/1000 params", cfg)
+                  runners, 64, lambda w: n_params[w] / 1000, "us/1000 params", cfg, fit=False)
 
 
 # ---------------------------------------------------------------------------------------
@@ -464,7 +468,7 @@ def bench_anatomy(problem: Problem, cfg: Settings) -> None:
         ("  of which functional_call re-parametrisation",
          2 * (t["functional_forward"] - t["module_forward"])),
         ("  of which the DeepONet forward itself", 2 * t["module_forward"]),
-        ("  of which the prior sum over 13 tensors (fwd)", 2 * (t["prior"] - t["toggle"])),
+        ("  of which the prior, sum((p**2).sum()) (fwd)", 2 * (t["prior"] - t["toggle"])),
         ("backward (torch.autograd.grad)", 2 * (t["fwd_bwd"] - t["forward"])),
         ("requires_grad toggling", 2 * t["toggle"]),
         ("preconditioner update (2 EMAs per tensor)", 2 * t["precond"]),

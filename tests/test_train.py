@@ -15,7 +15,8 @@ from bdeeponet import TrainConfig, generate, get_problem, train
 from bdeeponet.train import TrainingDiverged
 
 torch.set_num_threads(1)
-SMALL = dict(epochs=40, batch_size=10, width=16, latent=16, checkpoint_every=2)
+# Long enough that the run cannot finish in the moment between its first checkpoint and the kill.
+SMALL = dict(epochs=300, batch_size=10, width=16, latent=16, checkpoint_every=2)
 
 
 @pytest.fixture(scope="module")
@@ -45,12 +46,17 @@ def test_killed_run_resumes_to_the_same_result(small_data, tmp_path, method):
                             stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 60
     while not (cut / "checkpoint.pt").exists() and time.time() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.3)
+        time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (cut / "metrics.json").exists(), "the run finished before it could be killed"
+    # Mark the checkpoint's history, so the resumed run proves it continued from it.
+    loop = torch.load(cut / "checkpoint.pt", weights_only=False)
+    assert 0 < loop.epoch < SMALL["epochs"]
+    loop.history[0]["energy"] = -123.0
+    torch.save(loop, cut / "checkpoint.pt")
     subprocess.run(_train_cmd(path, cut, method, "--resume"), check=True, capture_output=True)
+    assert (cut / "history.csv").read_text().splitlines()[1].split(",")[5] == "-123.0"
     a = torch.load(full / "posterior.pt", weights_only=True)["samples"]
     b = torch.load(cut / "posterior.pt", weights_only=True)["samples"]
     assert torch.equal(a, b)

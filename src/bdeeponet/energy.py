@@ -47,8 +47,32 @@ class GaussianEnergy:
 
     def __call__(self, params: Params, batch) -> EnergyValue:
         u, s = batch
-        pred = functional_call(self.model, params, (u, self.y))
+        # DeepONet has a direct functional forward (faster); any other module goes through
+        # torch.func.functional_call.
+        fwd = getattr(self.model, "functional_forward", None)
+        if fwd is not None:
+            pred = fwd(params, u, self.y)
+        else:
+            pred = functional_call(self.model, params, (u, self.y))
         terms = ((pred - s) ** 2).sum(dim=1) / (2 * self.noise_std**2)
-        prior = sum((p**2).sum() for p in params.values()) / (2 * self.prior_std**2)
+        tracked = [p for p in params.values() if p.requires_grad]
+        fixed = [p for p in params.values() if not p.requires_grad]
+        prior = _SumSquares.apply(*tracked) if tracked else 0.0
+        if fixed:
+            prior = prior + torch.stack(torch._foreach_norm(fixed)).square().sum()
+        prior = prior / (2 * self.prior_std**2)
         scale = self.n_total / u.shape[0]
         return EnergyValue(prior + scale * terms.sum(), terms.detach(), scale, self.n_total)
+
+
+class _SumSquares(torch.autograd.Function):
+    """``Σ_t |t|²`` over many tensors as one autograd node (gradient ``2 t``)."""
+
+    @staticmethod
+    def forward(ctx, *tensors):
+        ctx.save_for_backward(*tensors)
+        return torch.stack(torch._foreach_norm(tensors)).square().sum()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return tuple(torch._foreach_mul(ctx.saved_tensors, 2 * grad))

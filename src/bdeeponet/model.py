@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
 
@@ -99,6 +100,28 @@ class DeepONet(nn.Module):
 
     def forward(self, u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.branch(u) @ self.trunk(y).T + self.bias
+
+    def functional_forward(self, params, u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``forward`` with the tensors of ``params`` (names as ``named_parameters``), without
+        ``functional_call``'s re-parametrisation of the module."""
+        plan = self.__dict__.get("_plan")
+        if plan is None:
+            plan = []
+            for net in ("branch", "trunk"):
+                steps = []
+                for i, mod in enumerate(getattr(self, net)):
+                    if isinstance(mod, nn.Linear):
+                        steps.append((None, f"{net}.{i}.weight", f"{net}.{i}.bias"))
+                    else:
+                        steps.append((mod.forward, None, None))
+                plan.append(steps)
+            self.__dict__["_plan"] = plan
+        outs = []
+        for steps, x in zip(plan, (u, y), strict=True):
+            for fn, w, b in steps:
+                x = F.linear(x, params[w], params[b]) if fn is None else fn(x)
+            outs.append(x)
+        return outs[0] @ outs[1].T + params["bias"]
 
 
 def parameter_groups(model: nn.Module) -> dict[str, list[str]]:

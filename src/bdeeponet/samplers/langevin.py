@@ -60,8 +60,26 @@ class Preconditioner:
                 self.sq_slow[name] = torch.zeros_like(g)
                 self.count[name] = 0
             self.count[name] += 1
-            self.sq_avg[name].mul_(self.beta).addcmul_(g, g, value=1 - self.beta)
-            self.sq_slow[name].mul_(self.beta_slow).addcmul_(g, g, value=1 - self.beta_slow)
+        names = list(grads)
+        gl = list(grads.values())
+        fast = [self.sq_avg[n] for n in names]
+        slow = [self.sq_slow[n] for n in names]
+        torch._foreach_mul_(fast, self.beta)
+        torch._foreach_addcmul_(fast, gl, gl, value=1 - self.beta)
+        torch._foreach_mul_(slow, self.beta_slow)
+        torch._foreach_addcmul_(slow, gl, gl, value=1 - self.beta_slow)
+
+    def metrics(self, names: list[str]):
+        """``(G list, sqrt(G) list)`` for ``names`` (all known), in one pass of foreach ops."""
+        if self._frozen:
+            pairs = [self._frozen[n] for n in names]
+            return [a for a, _ in pairs], [b for _, b in pairs]
+        v = torch._foreach_div([self.sq_avg[n] for n in names],
+                               [1 - self.beta ** self.count[n] for n in names])
+        torch._foreach_sqrt_(v)
+        torch._foreach_add_(v, self.eps)
+        torch._foreach_reciprocal_(v)
+        return v, torch._foreach_sqrt(v)
 
     def second_moment(self, name: str, conservative: bool = False) -> torch.Tensor:
         # Bias-corrected like Adam, so the first steps are not 10x too large.
@@ -70,14 +88,6 @@ class Preconditioner:
         if conservative:
             v = torch.maximum(v, self.sq_slow[name] / (1 - self.beta_slow**k))
         return v
-
-    def metric(self, name: str) -> tuple[torch.Tensor | float, torch.Tensor | float]:
-        """``(G, sqrt(G))`` for tensor ``name``; cached once the preconditioner is frozen."""
-        if name in self._frozen:
-            return self._frozen[name]
-        if name not in self.sq_avg:
-            return 1.0, 1.0
-        return _metric(self.second_moment(name), self.eps)
 
     @property
     def frozen(self) -> bool:
@@ -134,11 +144,18 @@ def langevin_update(
     precond: Preconditioner | None = None,
 ) -> None:
     """In place: ``θ ← θ − η G g + sqrt(2 η τ G) ξ`` for the tensors named in ``grads``."""
-    for name, g in grads.items():
-        p = params[name]
-        G, sqrt_g = (1.0, 1.0) if precond is None else precond.metric(name)
-        noise = torch.randn(p.shape, generator=generator, dtype=p.dtype)
-        p.add_(g * G, alpha=-lr).add_(noise * sqrt_g, alpha=(2 * lr * tau) ** 0.5)
+    names = list(grads)
+    ps = [params[n] for n in names]
+    gl = list(grads.values())
+    noise = [torch.randn(p.shape, generator=generator, dtype=p.dtype) for p in ps]
+    if precond is None:
+        torch._foreach_add_(ps, gl, alpha=-lr)
+        torch._foreach_add_(ps, noise, alpha=(2 * lr * tau) ** 0.5)
+        return
+    G, sqrt_g = precond.metrics(names)
+    torch._foreach_add_(ps, torch._foreach_mul(gl, G), alpha=-lr)
+    torch._foreach_mul_(noise, sqrt_g)
+    torch._foreach_add_(ps, noise, alpha=(2 * lr * tau) ** 0.5)
 
 
 def check_positive(**values: float) -> None:
