@@ -24,6 +24,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_generate.py
+	$(BIN)/python benchmarks/bench_samplers.py
 
 clean:
 	rm -rf demo-output .pytest_cache
