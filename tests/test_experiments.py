@@ -2,6 +2,7 @@
 the report's tables and figures, and the Ray executor giving the local executor's numbers."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -87,3 +88,8 @@ def test_ray_executor_gives_the_local_numbers(grid, tmp_path):
         rtol = 1e-9 if job.method == "linear" else 0.0
         for key in ("e1", "e2", "e3", "band_width", "e2_after_burn_in"):
             assert np.isclose(ours[key], local[key], rtol=rtol, atol=0), key
+
+
+def test_runs_of_another_length_are_not_reused():
+    a, b = Job("pendulum", 0.01, "adam", 0, 100), Job("pendulum", 0.01, "adam", 0, 200)
+    assert a.run_dir(Path("x")) != b.run_dir(Path("x"))

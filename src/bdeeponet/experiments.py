@@ -2,7 +2,7 @@
 
 A job is one (problem, noise, method, seed) run. Data sets are generated once per scenario
 (data seed 0, so the training seed is the only thing that varies across seeds) under
-``OUT/data/``; runs go to ``OUT/runs/PROBLEM-NOISE/METHOD-seedS/``. A run whose
+``OUT/data/``; runs go to ``OUT/runs/PROBLEM-NOISE/METHOD-EPOCHSep-seedS/``. A run whose
 ``metrics.json`` exists is skipped; one with a checkpoint resumes from it, so rerunning the
 command after an interruption only redoes what is missing.
 """
@@ -68,7 +68,8 @@ class Job:
         return scenario_name(self.problem, self.noise)
 
     def run_dir(self, out: Path) -> Path:
-        return out / "runs" / self.scenario / f"{self.method}-seed{self.seed}"
+        # The length is in the name: a rerun with other --epochs never reuses these runs.
+        return out / "runs" / self.scenario / f"{self.method}-{self.epochs}ep-seed{self.seed}"
 
 
 def scenario_name(problem: str, noise: float) -> str:
@@ -208,4 +209,4 @@ def reproduce(out, problems=None, noises=None, methods=PAPER_METHODS, epochs=800
     ensure_data(out, scen)
     t0 = time.perf_counter()
     execute(out, jobs, workers, executor, progress, ray_address)
-    return write_report(out, scen, list(methods), list(seeds), wall_seconds=time.perf_counter() - t0)
+    return write_report(out, jobs, wall_seconds=time.perf_counter() - t0)

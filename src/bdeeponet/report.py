@@ -42,25 +42,20 @@ LABELS = {"e1_after_burn_in": "e1 (paper def.)", "e2_after_burn_in": "e2 (paper 
           "band_width": "band width", "nll": "NLL", "crps": "CRPS", "sec_per_iter": "s / iter"}
 
 
-def collect(out: Path, scen, methods, seeds) -> dict:
+def collect(out: Path, jobs) -> dict:
     """``{(problem, noise, method): [run record per finished seed]}`` with metrics, timing
-    and history of each run."""
-    from .experiments import Job
-
-    records = {}
-    for problem, noise in scen:
-        for method in methods:
-            recs = []
-            for seed in seeds:
-                d = Job(problem, noise, method, seed, 0).run_dir(out)
-                if (d / "metrics.json").exists():
-                    recs.append({
-                        "seed": seed, "dir": d,
-                        "metrics": json.loads((d / "metrics.json").read_text()),
-                        "timing": json.loads((d / "timing.json").read_text()),
-                        "history": _read_history(d / "history.csv"),
-                    })
-            records[(problem, noise, method)] = recs
+    and history of each run, in the order of ``jobs``."""
+    records: dict = {}
+    for job in jobs:
+        recs = records.setdefault((job.problem, job.noise, job.method), [])
+        d = job.run_dir(out)
+        if (d / "metrics.json").exists():
+            recs.append({
+                "seed": job.seed, "dir": d,
+                "metrics": json.loads((d / "metrics.json").read_text()),
+                "timing": json.loads((d / "timing.json").read_text()),
+                "history": _read_history(d / "history.csv"),
+            })
     return records
 
 
@@ -176,9 +171,12 @@ def scenario_figures(out: Path, problem: str, noise: float, records: dict, metho
     return figs
 
 
-def write_report(out: Path, scen, methods, seeds, wall_seconds: float | None = None) -> Path:
+def write_report(out: Path, jobs, wall_seconds: float | None = None) -> Path:
     """Tables (CSV, Markdown), figures and a self-contained ``report.html`` under ``out``."""
-    records = collect(out, scen, methods, seeds)
+    scen = list(dict.fromkeys((j.problem, j.noise) for j in jobs))
+    methods = list(dict.fromkeys(j.method for j in jobs))
+    seeds = list(dict.fromkeys(j.seed for j in jobs))
+    records = collect(out, jobs)
     rows, ratios = summary_rows(records), time_ratio_rows(records, scen)
     _write_csv(out / "results.csv", rows)
     _write_csv(out / "time_ratio.csv", ratios)
