@@ -90,3 +90,28 @@ def test_resgld_refuses_bad_temperatures_and_steps():
         ReSGLD(tau1=2.0, tau2=1.0)
     with pytest.raises(ValueError, match="lr must be > 0"):
         ReSGLD(lr=0.0)
+
+
+def test_frozen_trunk_output_is_reused_only_while_the_trunk_is_unchanged():
+    """The trunk cache never returns a stale value: m-reSGLD with the cache gives exactly the
+    chain computed with torch.func.functional_call (no cache)."""
+    from torch.func import functional_call
+
+    model, energy, batch, _ = setup()
+    u, s = batch
+    def slow(params, batch):
+        value = energy(params, batch)  # same formula ...
+        pred = functional_call(model, params, (batch[0], energy.y))  # ... no cache
+        terms = ((pred - batch[1]) ** 2).sum(dim=1) / (2 * energy.noise_std**2)
+        assert torch.equal(terms, value.terms)
+        return value
+
+    groups = parameter_groups(model)
+    for c in (0.0, 0.5, 1.0):
+        sampler = MReSGLD(lr=1e-2, tau2=1e6, groups=groups, c=c)
+        state = sampler.init(dict(model.named_parameters()))
+        sampler.end_burn_in(state)
+        g = torch.Generator().manual_seed(1)
+        for _ in range(30):
+            sampler.step(state, slow, (u, s), g)
+    assert "_trunk_cache" in model.__dict__  # the cache was exercised (c > 0)
