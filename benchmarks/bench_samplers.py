@@ -41,7 +41,7 @@ import torch
 
 import bdeeponet
 from bdeeponet.config import TrainConfig
-from bdeeponet.energy import GaussianEnergy
+from bdeeponet.energy import GaussianEnergy, autograd_value_and_grad
 from bdeeponet.model import DeepONet, ModelConfig, set_dropout_generator
 from bdeeponet.samplers.langevin import energy_and_grads, langevin_update
 from bdeeponet.samplers.swap import (
@@ -385,55 +385,35 @@ def bench_anatomy(problem: Problem, cfg: Settings) -> None:
     runner = make_runner(problem, "resgld", warmup=cfg.warmup)
     sampler, energy = runner.sampler, runner.energy
     state = copy.deepcopy(runner.state)  # the parts below mutate it
-    params = state.chains[0].params
-    precond = state.preconds[0]
+    chain, precond = state.chains[0], state.preconds[0]
+    params = chain.params
     model = energy.model
     batch = runner.batches[0]
     u, s = batch
     names = list(params)
     gen = torch.Generator().manual_seed(SEED)
 
-    def toggle():
-        for p in params.values():
-            p.requires_grad_(True)
-        for p in params.values():
-            p.requires_grad_(False)
-
-    def forward():
-        for p in params.values():
-            p.requires_grad_(True)
-        value = energy(params, batch)
-        for p in params.values():
-            p.requires_grad_(False)
-        return value
-
     def fwd_bwd():
         return energy_and_grads(energy, params, batch)
 
-    def module_forward():  # the model's own parameters: no functional_call
-        return model(u, energy.y)
+    def forward():  # the output and the loss, no tape, no gradient
+        with torch.no_grad():
+            r = model.functional_forward(params, u, energy.y) - s
+            return (r * r).sum(dim=1)
 
-    def functional_forward():
-        return torch.func.functional_call(model, params, (u, energy.y))
-
-    def prior():
-        for p in params.values():
-            p.requires_grad_(True)
-        out = sum((p**2).sum() for p in params.values())
-        for p in params.values():
-            p.requires_grad_(False)
-        return out
+    def autograd_fwd_bwd():  # the same value and gradient through autograd
+        return autograd_value_and_grad(energy, params, batch, names)
 
     _, grads = fwd_bwd()
 
-    def precond_update():
-        precond.update(grads)
+    def flat_grad():
+        return chain.flat_grad(grads)
 
-    def metric():
-        return [precond.metric(n) for n in names]
+    def noise():
+        return torch.randn(chain.flat.shape, generator=gen)
 
     def update():
-        langevin_update(params, grads, sampler.lr, sampler.tau1, gen, precond)
+        langevin_update(chain, grads, sampler.lr, sampler.tau1, gen, precond)
 
     v1, _ = fwd_bwd()
     v2, _ = energy_and_grads(energy, state.chains[1].params, batch)
@@ -442,21 +422,18 @@ def bench_anatomy(problem: Problem, cfg: Settings) -> None:
         var = state.swap_var.update(paired_variance(v1.terms, v2.terms, v1.scale, v1.n_total))
         for level, v in enumerate((v1, v2)):
             state.replica_var[level].update(estimator_variance(v.terms, v.scale, v.n_total))
-        rate = swap_log_rate(float(v1.total.detach() - v2.total.detach()), var, 1.0, 10.0)
+        rate = swap_log_rate(float(v1.total - v2.total), var, 1.0, 10.0)
         accept_swap(rate, gen)
-        return float(v1.total.detach()), float(v2.total.detach()), math.exp(min(0.0, rate))
+        return float(v1.total), float(v2.total), math.exp(min(0.0, rate))
 
     reps = 50
     parts = {
         "step": lambda: runner.timed_block(reps),
         "fwd_bwd": block_timer(fwd_bwd, reps),
         "forward": block_timer(forward, reps),
-        "toggle": block_timer(toggle, reps),
-        "module_forward": block_timer(module_forward, reps),
-        "functional_forward": block_timer(functional_forward, reps),
-        "prior": block_timer(prior, reps),
-        "precond": block_timer(precond_update, reps),
-        "metric": block_timer(metric, reps),
+        "autograd": block_timer(autograd_fwd_bwd, reps),
+        "flat_grad": block_timer(flat_grad, reps),
+        "noise": block_timer(noise, reps),
         "update": block_timer(update, reps),
         "swap": block_timer(swap, reps),
     }
@@ -464,16 +441,11 @@ def bench_anatomy(problem: Problem, cfg: Settings) -> None:
     n_points = problem.y.shape[0]
     step = t["step"]
     rows = [
-        ("energy forward (functional_call + loss + prior)", 2 * (t["forward"] - t["toggle"])),
-        ("  of which functional_call re-parametrisation",
-         2 * (t["functional_forward"] - t["module_forward"])),
-        ("  of which the DeepONet forward itself", 2 * t["module_forward"]),
-        ("  of which the prior, sum((p**2).sum()) (fwd)", 2 * (t["prior"] - t["toggle"])),
-        ("backward (torch.autograd.grad)", 2 * (t["fwd_bwd"] - t["forward"])),
-        ("requires_grad toggling", 2 * t["toggle"]),
-        ("preconditioner update (2 EMAs per tensor)", 2 * t["precond"]),
-        ("Langevin update loop (incl. metric)", 2 * t["update"]),
-        ("  of which the metric G = 1/(sqrt(v)+eps)", 2 * t["metric"]),
+        ("energy and gradient (hand-written backward)", 2 * t["fwd_bwd"]),
+        ("  of which the forward pass and the loss", 2 * t["forward"]),
+        ("Langevin update (flat gradient, metric, noise)", 2 * t["update"]),
+        ("  of which gathering the flat gradient", 2 * t["flat_grad"]),
+        ("  of which drawing the Gaussian noise", 2 * t["noise"]),
         ("swap bookkeeping (variances, rate, test, floats)", t["swap"]),
     ]
     print(f"\nanatomy of one reSGLD step ({problem.name}, batch 100, P = {n_points}): parts timed "
@@ -490,6 +462,7 @@ def bench_anatomy(problem: Problem, cfg: Settings) -> None:
     label = "rest (step code, dicts, cache effects, noise)"
     print(f"{label:<52}{1e3 * rest:>9.3f}{100 * rest / step:>10.1f}%")
     print(f"{'measured reSGLD step':<52}{1e3 * step:>9.3f}{100.0:>10.1f}%")
+    print(f"(for comparison: energy and gradient through autograd, x2: {2e3 * t['autograd']:.3f} ms)")
 
 
 def profile_resgld(problem: Problem, n_steps: int) -> None:

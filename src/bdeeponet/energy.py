@@ -59,10 +59,51 @@ class GaussianEnergy:
         fixed = [p for p in params.values() if not p.requires_grad]
         prior = _SumSquares.apply(*tracked) if tracked else 0.0
         if fixed:
-            prior = prior + torch.stack(torch._foreach_norm(fixed)).square().sum()
+            prior = prior + _sum_squares(fixed)
         prior = prior / (2 * self.prior_std**2)
         scale = self.n_total / u.shape[0]
         return EnergyValue(prior + scale * terms.sum(), terms.detach(), scale, self.n_total)
+
+    def value_and_grad(self, params: Params, batch, names: list[str]):
+        """``(Û, {name: ∂Û/∂θ})`` for ``names``. A model with ``forward_backward`` (the
+        DeepONet) gets its gradient by hand, without an autograd graph; any other model goes
+        through autograd with only ``names`` requiring grad."""
+        fb = getattr(self.model, "forward_backward", None)
+        if fb is None:
+            return autograd_value_and_grad(self, params, batch, names)
+        u, s = batch
+        with torch.no_grad():
+            pred, backward = fb(params, u, self.y, names)
+            r = pred.sub_(s)
+            terms = (r * r).sum(dim=1) / (2 * self.noise_std**2)
+            scale = self.n_total / u.shape[0]
+            prior = _sum_squares(list(params.values())) / (2 * self.prior_std**2)
+            grads = backward(r.mul_(scale / self.noise_std**2))
+            torch._foreach_add_(list(grads.values()), [params[n] for n in grads],
+                                alpha=1 / self.prior_std**2)
+        return EnergyValue(prior + scale * terms.sum(), terms, scale, self.n_total), grads
+
+
+def autograd_value_and_grad(energy, params: Params, batch, names: list[str]):
+    """Evaluate ``energy(params, batch)`` and its gradient for ``names`` with autograd.
+
+    The other tensors do not require grad, so autograd neither records nor computes
+    anything for them (m-reSGLD's saving).
+    """
+    act = set(names)
+    for n, p in params.items():
+        p.requires_grad_(n in act)
+    try:
+        value = energy(params, batch)
+        grads = torch.autograd.grad(value.total, [params[n] for n in names])
+    finally:
+        for p in params.values():
+            p.requires_grad_(False)
+    return value, dict(zip(names, grads, strict=True))
+
+
+def _sum_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
+    return torch.stack(torch._foreach_norm(tensors)).square().sum()
 
 
 class _SumSquares(torch.autograd.Function):
@@ -71,7 +112,7 @@ class _SumSquares(torch.autograd.Function):
     @staticmethod
     def forward(ctx, *tensors):
         ctx.save_for_backward(*tensors)
-        return torch.stack(torch._foreach_norm(tensors)).square().sum()
+        return _sum_squares(tensors)
 
     @staticmethod
     def backward(ctx, grad):

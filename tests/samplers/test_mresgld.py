@@ -56,7 +56,11 @@ def test_hot_replica_updates_one_group_and_never_differentiates_the_other():
 
 
 def test_trunk_backward_is_not_run_when_only_the_branch_trains():
-    model, energy, batch, g = setup()
+    """Through autograd (an energy without a hand-written gradient)."""
+    model, gaussian, batch, g = setup()
+    def energy(params, batch):
+        return gaussian(params, batch)
+
     calls = []
     for mod in model.trunk:
         mod.register_full_backward_hook(lambda *a: calls.append(1))
@@ -68,6 +72,71 @@ def test_trunk_backward_is_not_run_when_only_the_branch_trains():
 
     energy_and_grads(energy, state.chains[1].params, batch, sampler.hot_active(state, g))
     assert calls == []
+
+
+def test_hand_written_backward_skips_the_frozen_trunk_and_reuses_its_output(monkeypatch):
+    model, energy, batch, g = setup()
+    backprops, trunk_forwards = [], []
+    backprop, run = DeepONet._backprop, DeepONet._run
+
+    def spy_backprop(self, net, *args):
+        backprops.append(net)
+        return backprop(self, net, *args)
+
+    def spy_run(steps, params, x, tape):
+        if x is energy.y:
+            trunk_forwards.append(1)
+        return run(steps, params, x, tape)
+
+    monkeypatch.setattr(DeepONet, "_backprop", spy_backprop)
+    monkeypatch.setattr(DeepONet, "_run", staticmethod(spy_run))
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    branch = parameter_groups(model)["branch"]
+    from bdeeponet.samplers.langevin import energy_and_grads
+
+    for _ in range(3):
+        energy_and_grads(energy, params, batch, branch)
+    assert backprops == ["branch"] * 3
+    assert len(trunk_forwards) == 1  # computed once, then reused
+    with torch.no_grad():
+        params["trunk.0.weight"][0, 0] += 1e-6  # any change to the trunk is seen
+    energy_and_grads(energy, params, batch, branch)
+    assert len(trunk_forwards) == 2
+
+
+def test_cached_trunk_gives_the_same_chain_as_recomputing_it():
+    """m-reSGLD with the trunk cache equals m-reSGLD that recomputes the trunk every time,
+    also across a pickle round trip of the state (what a checkpoint does)."""
+    import io
+
+    class NoCache:  # the same energy, with the trunk cache emptied before every call
+        def __init__(self, energy):
+            self.energy = energy
+
+        def value_and_grad(self, params, batch, names):
+            self.energy.model.__dict__.pop("_trunk_cache", None)
+            return self.energy.value_and_grad(params, batch, names)
+
+    def run(clear_cache, round_trip):
+        model, energy, batch, _ = setup()
+        target = NoCache(energy) if clear_cache else energy
+        sampler = MReSGLD(lr=1e-2, tau2=1e6, groups=parameter_groups(model), c=0.5)
+        state = sampler.init(dict(model.named_parameters()))
+        sampler.end_burn_in(state)
+        g = torch.Generator().manual_seed(3)
+        for k in range(40):
+            sampler.step(state, target, batch, g)
+            if round_trip and k == 19:
+                buf = io.BytesIO()
+                torch.save(state, buf)
+                buf.seek(0)
+                state = torch.load(buf, weights_only=False)
+        return [c.flat for c in state.chains]
+
+    reference = run(clear_cache=True, round_trip=False)
+    for round_trip in (False, True):
+        for a, b in zip(run(clear_cache=False, round_trip=round_trip), reference, strict=True):
+            assert torch.equal(a, b)
 
 
 def test_burn_in_is_full_training():

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import torch
 
 from ..energy import Params
-from .langevin import check_positive, clone_params
+from .langevin import Chain, check_positive, energy_and_grads
 
 
 @dataclass
 class AdamState:
-    params: Params
+    chain: Chain  # the parameters, as views into one flat vector that Adam updates
     optimizer: torch.optim.Adam
     n_steps: int = 0
 
@@ -33,13 +33,12 @@ class AdamDropout:
         check_positive(lr=self.lr)
 
     def init(self, params: Params) -> AdamState:
-        p = {k: v.requires_grad_(True) for k, v in clone_params(params).items()}
-        return AdamState(p, torch.optim.Adam(p.values(), lr=self.lr))
+        chain = Chain(params)
+        return AdamState(chain, torch.optim.Adam([chain.flat], lr=self.lr))
 
     def step(self, state: AdamState, energy, batch, generator: torch.Generator) -> dict:
-        state.optimizer.zero_grad(set_to_none=True)
-        value = energy(state.params, batch)
-        value.total.backward()
+        value, grads = energy_and_grads(energy, state.chain.params, batch)
+        state.chain.flat.grad = state.chain.flat_grad(grads)[1]
         state.optimizer.step()
         state.n_steps += 1
         return {"energy": float(value.total.detach())}
@@ -48,4 +47,4 @@ class AdamDropout:
         pass
 
     def sample(self, state: AdamState) -> Params:
-        return state.params
+        return state.chain.params

@@ -23,139 +23,160 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..energy import EnergyValue, Params
+from ..energy import EnergyValue, Params, autograd_value_and_grad
 
 
-@dataclass
 class Chain:
-    """One particle: its parameters (leaf tensors, updated in place) and its step count."""
+    """One particle: its parameters and its step count.
 
-    params: Params
-    step: int = 0
+    All tensors live in one flat buffer ``flat`` laid out in ``order`` (m-reSGLD lists a
+    group's names together, so each group is one contiguous slice); ``params`` maps each
+    name, in the caller's order, to a view into it. The Langevin update is then a handful
+    of operations on one vector instead of a handful per tensor.
+    """
+
+    def __init__(self, params: Params, order: list[str] | None = None):
+        order = list(params) if order is None else list(order)
+        if sorted(order) != sorted(params):
+            raise ValueError("order must list every parameter name exactly once")
+        first = next(iter(params.values()))
+        self.flat = torch.empty(sum(p.numel() for p in params.values()), dtype=first.dtype)
+        self.offsets: dict[str, tuple[int, int]] = {}
+        start = 0
+        for name in order:
+            self.offsets[name] = (start, start + params[name].numel())
+            start += params[name].numel()
+        self.shapes = {name: p.shape for name, p in params.items()}  # in the caller's order
+        self._make_views()
+        for name, p in params.items():
+            self.params[name].copy_(p.detach())
+        self.step = 0
+
+    def _make_views(self) -> None:
+        self.params: Params = {
+            name: self.flat[slice(*self.offsets[name])].view(shape)
+            for name, shape in self.shapes.items()
+        }
+
+    def __getstate__(self):  # pickle the buffer only; the views are rebuilt on loading,
+        return {k: v for k, v in self.__dict__.items() if k != "params"}
+
+    def __setstate__(self, state):  # so they share the buffer's in-place version counter
+        self.__dict__.update(state)
+        self._make_views()
+
+    def span(self, names: list[str]) -> slice:
+        """The slice of ``flat`` that holds exactly ``names`` (they must be contiguous)."""
+        a = min(self.offsets[n][0] for n in names)
+        b = max(self.offsets[n][1] for n in names)
+        if b - a != sum(self.offsets[n][1] - self.offsets[n][0] for n in names):
+            raise ValueError("these parameters are not contiguous in the chain's layout")
+        return slice(a, b)
+
+    def flat_grad(self, grads: dict[str, torch.Tensor]) -> tuple[slice, torch.Tensor]:
+        """``(span, gradient vector)`` of ``grads`` in the layout order."""
+        names = sorted(grads, key=lambda n: self.offsets[n][0])
+        return self.span(names), torch.cat([grads[n].reshape(-1) for n in names])
 
 
 @dataclass
 class Preconditioner:
-    """RMSprop-style running second moments of the energy gradient, per parameter tensor.
+    """RMSprop-style running second moments of the energy gradient, one flat vector.
 
     Two averages are kept: a fast one (``beta``) that steers burn-in, and a slow one
     (``beta_slow``). The frozen metric uses the larger of the two, so a snapshot taken during
-    a quiet spell cannot leave a coordinate with a huge step once adaptation stops.
+    a quiet spell cannot leave a coordinate with a huge step once adaptation stops. The
+    bias correction (as in Adam, so the first steps are not 10x too large) is the same
+    average taken of ones, ``1 − β^k`` per coordinate, which stays right when m-reSGLD
+    updates one group more often than the other.
     """
 
     beta: float = 0.99
     beta_slow: float = 0.995
     eps: float = 1e-8
-    sq_avg: dict[str, torch.Tensor] = field(default_factory=dict)
-    sq_slow: dict[str, torch.Tensor] = field(default_factory=dict)
-    count: dict[str, int] = field(default_factory=dict)
-    _frozen: dict = field(default_factory=dict, repr=False)
+    sq_avg: torch.Tensor | None = None
+    sq_slow: torch.Tensor | None = None
+    weight: torch.Tensor | None = None  # 1 − beta^k
+    weight_slow: torch.Tensor | None = None
+    frozen_metric: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
 
-    def update(self, grads: dict[str, torch.Tensor]) -> None:
+    def update(self, span: slice, g: torch.Tensor, size: int) -> None:
         if self.frozen:
             return
-        for name, g in grads.items():
-            if name not in self.sq_avg:
-                self.sq_avg[name] = torch.zeros_like(g)
-                self.sq_slow[name] = torch.zeros_like(g)
-                self.count[name] = 0
-            self.count[name] += 1
-        names = list(grads)
-        gl = list(grads.values())
-        fast = [self.sq_avg[n] for n in names]
-        slow = [self.sq_slow[n] for n in names]
-        torch._foreach_mul_(fast, self.beta)
-        torch._foreach_addcmul_(fast, gl, gl, value=1 - self.beta)
-        torch._foreach_mul_(slow, self.beta_slow)
-        torch._foreach_addcmul_(slow, gl, gl, value=1 - self.beta_slow)
+        if self.sq_avg is None:
+            self.sq_avg, self.sq_slow, self.weight, self.weight_slow = (
+                torch.zeros(size, dtype=g.dtype) for _ in range(4))
+        for v, w, beta in ((self.sq_avg, self.weight, self.beta),
+                           (self.sq_slow, self.weight_slow, self.beta_slow)):
+            v[span].mul_(beta).addcmul_(g, g, value=1 - beta)
+            w[span].mul_(beta).add_(1 - beta)
 
-    def metrics(self, names: list[str]):
-        """``(G list, sqrt(G) list)`` for ``names`` (all known), in one pass of foreach ops."""
-        if self._frozen:
-            pairs = [self._frozen[n] for n in names]
-            return [a for a, _ in pairs], [b for _, b in pairs]
-        v = torch._foreach_div([self.sq_avg[n] for n in names],
-                               [1 - self.beta ** self.count[n] for n in names])
-        torch._foreach_sqrt_(v)
-        torch._foreach_add_(v, self.eps)
-        torch._foreach_reciprocal_(v)
-        return v, torch._foreach_sqrt(v)
+    def metric(self, span: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(G, sqrt(G))`` on ``span``."""
+        if self.frozen_metric is not None:
+            G, root = self.frozen_metric
+            return G[span], root[span]
+        G = (self.sq_avg[span] / self.weight[span]).sqrt_().add_(self.eps).reciprocal_()
+        return G, G.sqrt()
 
-    def second_moment(self, name: str, conservative: bool = False) -> torch.Tensor:
-        # Bias-corrected like Adam, so the first steps are not 10x too large.
-        k = self.count[name]
-        v = self.sq_avg[name] / (1 - self.beta**k)
-        if conservative:
-            v = torch.maximum(v, self.sq_slow[name] / (1 - self.beta_slow**k))
-        return v
+    def conservative_moment(self) -> torch.Tensor:
+        return torch.maximum(self.sq_avg / self.weight, self.sq_slow / self.weight_slow)
 
     @property
     def frozen(self) -> bool:
-        return bool(self._frozen)
-
-
-def _metric(v: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    G = 1.0 / (v.sqrt() + eps)
-    return G, G.sqrt()
+        return self.frozen_metric is not None
 
 
 def freeze(preconds: list[Preconditioner]) -> None:
     """Stop adapting and give every preconditioner the same constant metric, built from the
     largest second moment any of them saw (one metric for all temperature levels, so a
-    swapped-in particle never meets a step size tuned to flatter ground)."""
-    names = set().union(*(p.sq_avg for p in preconds))
-    for name in names:
-        v = torch.stack([p.second_moment(name, True) for p in preconds if name in p.sq_avg])
-        G = _metric(v.max(dim=0).values, preconds[0].eps)
-        for p in preconds:
-            p._frozen[name] = G
-
-
-def clone_params(params: Params) -> Params:
-    return {k: v.detach().clone() for k, v in params.items()}
+    swapped-in particle never meets a step size tuned to flatter ground). Nothing happens
+    before the first update (then there is nothing to freeze)."""
+    if any(p.sq_avg is None for p in preconds):
+        return
+    v = torch.stack([p.conservative_moment() for p in preconds]).max(dim=0).values
+    G = (v.sqrt() + preconds[0].eps).reciprocal()
+    for p in preconds:
+        p.frozen_metric = (G, G.sqrt())
 
 
 def energy_and_grads(
     energy, params: Params, batch, active: list[str] | None = None
 ) -> tuple[EnergyValue, dict[str, torch.Tensor]]:
-    """Evaluate Û on ``batch`` and its gradient for the ``active`` names only.
+    """Evaluate Û on ``batch`` and its gradient for the ``active`` names only (default all).
 
-    Inactive tensors do not require grad, so autograd neither records nor computes
-    anything for them (m-reSGLD's saving).
+    The energy's own ``value_and_grad`` is used when it has one (GaussianEnergy: a
+    hand-written backward for the DeepONet); any other callable goes through autograd.
+    Either way nothing is computed for the inactive tensors (m-reSGLD's saving).
     """
     names = list(params) if active is None else active
-    act = set(names)
-    for n, p in params.items():
-        p.requires_grad_(n in act)
-    value = energy(params, batch)
-    grads = torch.autograd.grad(value.total, [params[n] for n in names])
-    for p in params.values():
-        p.requires_grad_(False)
-    return value, dict(zip(names, grads, strict=True))
+    vg = getattr(energy, "value_and_grad", None)
+    if vg is not None:
+        return vg(params, batch, names)
+    return autograd_value_and_grad(energy, params, batch, names)
 
 
 @torch.no_grad()
 def langevin_update(
-    params: Params,
+    chain: Chain,
     grads: dict[str, torch.Tensor],
     lr: float,
     tau: float,
     generator: torch.Generator,
     precond: Preconditioner | None = None,
 ) -> None:
-    """In place: ``θ ← θ − η G g + sqrt(2 η τ G) ξ`` for the tensors named in ``grads``."""
-    names = list(grads)
-    ps = [params[n] for n in names]
-    gl = list(grads.values())
-    noise = [torch.randn(p.shape, generator=generator, dtype=p.dtype) for p in ps]
+    """In place: ``θ ← θ − η G g + sqrt(2 η τ G) ξ`` for the tensors named in ``grads``
+    (which must be contiguous in the chain's layout), and the preconditioner's averages."""
+    span, g = chain.flat_grad(grads)
+    theta = chain.flat[span]
+    noise = torch.randn(g.shape, generator=generator, dtype=g.dtype)
     if precond is None:
-        torch._foreach_add_(ps, gl, alpha=-lr)
-        torch._foreach_add_(ps, noise, alpha=(2 * lr * tau) ** 0.5)
-        return
-    G, sqrt_g = precond.metrics(names)
-    torch._foreach_add_(ps, torch._foreach_mul(gl, G), alpha=-lr)
-    torch._foreach_mul_(noise, sqrt_g)
-    torch._foreach_add_(ps, noise, alpha=(2 * lr * tau) ** 0.5)
+        theta.add_(g, alpha=-lr).add_(noise, alpha=(2 * lr * tau) ** 0.5)
+    else:
+        precond.update(span, g, chain.flat.numel())
+        G, root = precond.metric(span)
+        theta.addcmul_(G, g, value=-lr).addcmul_(root, noise, value=(2 * lr * tau) ** 0.5)
+    chain.step += 1
 
 
 def check_positive(**values: float) -> None:

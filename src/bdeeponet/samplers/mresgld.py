@@ -41,6 +41,11 @@ class MReSGLD(ReSGLD):
         gamma = float(torch.rand((), generator=generator, dtype=torch.float64))
         return list(first) if gamma < self.c else list(second)
 
+    def layout(self, params) -> list[str]:
+        """Each group contiguous in the flat buffer, so a group's update is one slice."""
+        grouped = [n for names in self.groups.values() for n in names]
+        return grouped + [n for n in params if n not in grouped]
+
     def end_burn_in(self, state: ReplicaState) -> None:
         super().end_burn_in(state)
         state.accelerated = True

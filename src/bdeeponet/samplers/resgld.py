@@ -21,7 +21,6 @@ from .langevin import (
     Chain,
     Preconditioner,
     check_positive,
-    clone_params,
     energy_and_grads,
     freeze,
     langevin_update,
@@ -67,7 +66,7 @@ class ReSGLD:
         hot = params if params_hot is None else params_hot
         n = 2
         return ReplicaState(
-            chains=[Chain(clone_params(params)), Chain(clone_params(hot))],
+            chains=[Chain(params, self.layout(params)), Chain(hot, self.layout(hot))],
             preconds=[Preconditioner() if self.precondition else None for _ in range(n)],
             swap_var=RunningVariance(self.var_smoothing),
             replica_var=[RunningVariance(self.var_smoothing) for _ in range(n)],
@@ -75,6 +74,10 @@ class ReSGLD:
 
     def hot_active(self, state: ReplicaState, generator: torch.Generator) -> list[str] | None:
         """Names the hot replica updates this step (None = all); m-reSGLD overrides it."""
+        return None
+
+    def layout(self, params: Params) -> list[str] | None:
+        """Order of the tensors in each chain's flat buffer (None: as given)."""
         return None
 
     def step(self, state: ReplicaState, energy, batch, generator: torch.Generator) -> dict:
@@ -97,12 +100,8 @@ class ReSGLD:
                 g2 = {n: g2[n] for n in active}
             state.n_swaps += 1
         for level, (chain, grads) in enumerate(((cold, g1), (hot, g2))):
-            pre = state.preconds[level]
-            if pre is not None:
-                pre.update(grads)
             lr, tau = (self.lr, t1) if level == 0 else (self.hot_lr, t2)
-            langevin_update(chain.params, grads, lr, tau, generator, pre)
-            chain.step += 1
+            langevin_update(chain, grads, lr, tau, generator, state.preconds[level])
         state.n_steps += 1
         return {
             "energy": float(v1.total.detach()),

@@ -12,7 +12,6 @@ from .langevin import (
     Chain,
     Preconditioner,
     check_positive,
-    clone_params,
     energy_and_grads,
     freeze,
     langevin_update,
@@ -40,14 +39,11 @@ class SGLD:
         check_positive(lr=self.lr, tau=self.tau)
 
     def init(self, params: Params) -> SGLDState:
-        return SGLDState(Chain(clone_params(params)), Preconditioner() if self.precondition else None)
+        return SGLDState(Chain(params), Preconditioner() if self.precondition else None)
 
     def step(self, state: SGLDState, energy, batch, generator: torch.Generator) -> dict:
         value, grads = energy_and_grads(energy, state.chain.params, batch)
-        if state.precond is not None:
-            state.precond.update(grads)
-        langevin_update(state.chain.params, grads, self.lr, self.tau, generator, state.precond)
-        state.chain.step += 1
+        langevin_update(state.chain, grads, self.lr, self.tau, generator, state.precond)
         return {"energy": float(value.total.detach())}
 
     def end_burn_in(self, state: SGLDState) -> None:
