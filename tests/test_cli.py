@@ -192,6 +192,20 @@ def test_train_bad_option_writes_nothing(capsys, tmp_path, data_file, extra, wor
     assert not out.exists()
 
 
+@pytest.mark.parametrize("kind", ["binary", "directory", "bad-toml"])
+def test_train_unreadable_config_file(capsys, tmp_path, data_file, kind):
+    config = tmp_path / "config.toml"
+    if kind == "binary":
+        config.write_bytes(bytes(range(256)))
+    elif kind == "directory":
+        config.mkdir()
+    else:
+        config.write_text("epochs = = 3\n")
+    out = tmp_path / "run"
+    assert_error(cli(capsys, "train", data_file, "--out", out, "--config", config), str(config))
+    assert not out.exists()
+
+
 def test_train_missing_file(capsys, tmp_path):
     missing = tmp_path / "nothing.npz"
     assert_error(cli(capsys, "train", missing, "--out", tmp_path / "run"), "no such file",
@@ -263,7 +277,7 @@ def test_unfinished_run_directory(capsys, tmp_path, runs, data_file, u_file, com
         ({"u": np.zeros((2, M)), "y": np.zeros((4, 2))}, ["'y'", "(P, 1)"]),
         ({"u": np.full((2, M), np.nan)}, ["'u'", "NaN"]),
         ({"v": np.zeros((2, M))}, ["missing key 'u'"]),
-        ({"u": np.full((2, M), "x")}, []),
+        ({"u": np.full((2, M), "x")}, ["'u'", "must hold numbers"]),
     ],
     ids=["u-sensor-count", "u-rank", "y-dim", "u-nan", "no-u", "u-text"],
 )

@@ -83,6 +83,16 @@ def test_divergence_stops_with_a_clear_message_and_no_finished_run(small_data, t
     assert not (tmp_path / "run" / "posterior.pt").exists()
 
 
+def test_divergence_in_the_very_last_update_is_caught(small_data, tmp_path):
+    """One step in all: its energy is finite (evaluated before the update), the result is not."""
+    data, _ = small_data
+    conf = TrainConfig(method="sgld", epochs=1, batch_size=data.n_train, width=8, latent=8,
+                       lr=1e37, precondition=False)  # lr * gradient overflows float32
+    with pytest.raises(TrainingDiverged, match="parameters became NaN or infinite at epoch 1"):
+        train(data, conf, out=tmp_path / "run")
+    assert not (tmp_path / "run" / "metrics.json").exists()
+
+
 @pytest.fixture(scope="module")
 def anti_data():
     return generate(get_problem("antiderivative"), 0.01, np.random.default_rng(0))

@@ -96,5 +96,7 @@ def load_toml(path: str | Path) -> dict:
             return tomllib.load(fh)
     except FileNotFoundError:
         raise ValueError(f"no such config file: {path}") from None
-    except tomllib.TOMLDecodeError as exc:
+    except IsADirectoryError:
+        raise ValueError(f"config file {path} is a directory") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path} is not valid TOML ({exc})") from None

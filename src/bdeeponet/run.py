@@ -58,8 +58,7 @@ def load_run(path: str | Path) -> Run:
 
 def predict(run: Run, u, y, z: float = 2.0) -> dict[str, np.ndarray]:
     """Predictive mean, std and band (each (n, P)) for inputs u (n, m) at points y (P, d)."""
-    u = np.asarray(u, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
+    u, y = _float_array("u", u), _float_array("y", y)
     if u.ndim != 2 or u.shape[1] != run.n_sensors:
         raise ValueError(
             f"'u' must have shape (n, {run.n_sensors}) (the run's sensor count), got {u.shape}"
@@ -71,6 +70,14 @@ def predict(run: Run, u, y, z: float = 2.0) -> dict[str, np.ndarray]:
             raise ValueError(f"'{key}' contains NaN or inf")
     out = run.posterior.predict(u, y, z=z, seed=run.config.seed)
     return {k: v.numpy() for k, v in out.items()}
+
+
+def _float_array(key: str, a) -> np.ndarray:
+    try:
+        return np.asarray(a, dtype=np.float64)
+    except (TypeError, ValueError):
+        kind = getattr(np.asarray(a), "dtype", "unknown")
+        raise ValueError(f"'{key}' must hold numbers, got dtype {kind}") from None
 
 
 def evaluate(run: Run, data: OperatorData) -> dict:

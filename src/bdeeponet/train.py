@@ -158,11 +158,14 @@ def train(
             row["e1_mean"], row["e2_mean"] = relative_errors(mean, s_test)
         loop.history.append(row)
         bar.update(loop.epoch, e2=row["e2"], swap=row["swap_rate"])
-        if not math.isfinite(row["energy"]):
+        if not math.isfinite(row["energy"]) or not torch.isfinite(pred).all():
+            # (the energy is evaluated before each update; the prediction after the last)
+            what = (f"the energy became {row['energy']}" if not math.isfinite(row["energy"])
+                    else "the parameters became NaN or infinite")
             bar.close()
             raise TrainingDiverged(
-                f"the energy became {row['energy']} at epoch {loop.epoch}; the last good "
-                f"checkpoint is kept. Try a smaller step size (--lr, now {config.step_size})"
+                f"{what} at epoch {loop.epoch}; the last good checkpoint is kept. "
+                f"Try a smaller step size (--lr, now {config.step_size})"
             )
         if out is not None and (loop.epoch % config.checkpoint_every == 0):
             loop.generator_state = gen.get_state()
