@@ -12,6 +12,7 @@ from bdeeponet.experiments import (
     Job,
     ensure_data,
     execute,
+    expected_cost,
     make_jobs,
     reproduce,
     scenarios,
@@ -93,3 +94,13 @@ def test_ray_executor_gives_the_local_numbers(grid, tmp_path):
 def test_runs_of_another_length_are_not_reused():
     a, b = Job("pendulum", 0.01, "adam", 0, 100), Job("pendulum", 0.01, "adam", 0, 200)
     assert a.run_dir(Path("x")) != b.run_dir(Path("x"))
+
+
+def test_longest_runs_are_scheduled_first(tmp_path):
+    scen = [("antiderivative", 0.01), ("advection_diffusion", 0.01)]
+    ensure_data(tmp_path, scen)
+    jobs = make_jobs(scen, ["linear", "adam", "resgld", "mresgld"], [0], 10)
+    order = sorted(jobs, key=lambda j: expected_cost(tmp_path, j), reverse=True)
+    assert [(j.problem, j.method) for j in order[:3]] == [
+        ("advection_diffusion", m) for m in ("resgld", "mresgld", "adam")]
+    assert {j.method for j in order[-2:]} == {"linear"}

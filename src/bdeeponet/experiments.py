@@ -122,6 +122,19 @@ def ensure_data(out: Path, scen) -> None:
             data.save(path)
 
 
+# Relative cost of one step (a replica-step is about 1; m-reSGLD's hot replica takes
+# one-group steps after burn-in), from benchmarks/bench_samplers.py.
+STEP_COST = {"linear": 0.0, "adam": 1.0, "sgld": 1.0, "resgld": 2.0, "mresgld": 1.8}
+
+
+def expected_cost(out: Path, job: Job) -> float:
+    """A rough relative run time, for scheduling only: steps x replicas x (fixed cost + a
+    cost per query point), with the number of query points read from the data file."""
+    with np.load(data_path(out, job.problem, job.noise)) as f:
+        n_points = f["y"].shape[0]
+    return job.epochs * STEP_COST.get(job.method, 1.0) * (1.0 + n_points / 300)
+
+
 def run_job(out: str, job: dict) -> dict:
     """Train one job (in a worker: one torch thread). Returns its metrics and timing."""
     import torch
@@ -151,6 +164,8 @@ def execute(out: Path, jobs: list[Job], workers: int = 2, executor: str = "local
             progress: bool = True, ray_address: str | None = None) -> None:
     """Run the unfinished jobs on a local process pool or a Ray cluster."""
     todo = [j for j in jobs if not (j.run_dir(out) / "metrics.json").exists()]
+    # Longest first, so no worker is left with one long run at the end while the others idle.
+    todo.sort(key=lambda j: expected_cost(out, j), reverse=True)
     done = len(jobs) - len(todo)
     bar = Progress(len(jobs), enabled=progress, start=done, label="runs")
     bar.update(done)
