@@ -61,6 +61,7 @@ def test_reproduce_writes_tables_figures_and_a_self_contained_report(grid):
     html = (grid / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 4  # convergence, bands, time, calibration
     assert "src=\"http" not in html
+    assert "8 finished of 8, 8 trained by this invocation" in html
 
 
 def test_rerun_skips_finished_runs_and_redoes_an_interrupted_one(grid):
@@ -73,6 +74,7 @@ def test_rerun_skips_finished_runs_and_redoes_an_interrupted_one(grid):
             assert path.exists()
         else:
             assert path.stat().st_mtime_ns == stamp, f"{path} was trained again"
+    assert "8 finished of 8, 1 trained by this invocation" in (grid / "report.html").read_text()
 
 
 @pytest.mark.slow

@@ -161,8 +161,9 @@ def _init_worker() -> None:
 
 
 def execute(out: Path, jobs: list[Job], workers: int = 2, executor: str = "local",
-            progress: bool = True, ray_address: str | None = None) -> None:
-    """Run the unfinished jobs on a local process pool or a Ray cluster."""
+            progress: bool = True, ray_address: str | None = None) -> int:
+    """Run the unfinished jobs on a local process pool or a Ray cluster; returns how many
+    it ran."""
     todo = [j for j in jobs if not (j.run_dir(out) / "metrics.json").exists()]
     # Longest first, so no worker is left with one long run at the end while the others idle.
     todo.sort(key=lambda j: expected_cost(out, j), reverse=True)
@@ -176,6 +177,7 @@ def execute(out: Path, jobs: list[Job], workers: int = 2, executor: str = "local
     else:
         raise ValueError(f"unknown executor '{executor}'; choose one of: local, ray")
     bar.close()
+    return len(todo)
 
 
 def _execute_local(out, todo, workers, bar, done) -> None:
@@ -223,5 +225,5 @@ def reproduce(out, problems=None, noises=None, methods=PAPER_METHODS, epochs=800
     jobs = make_jobs(scen, methods, seeds, epochs)
     ensure_data(out, scen)
     t0 = time.perf_counter()
-    execute(out, jobs, workers, executor, progress, ray_address)
-    return write_report(out, jobs, wall_seconds=time.perf_counter() - t0)
+    n_trained = execute(out, jobs, workers, executor, progress, ray_address)
+    return write_report(out, jobs, wall_seconds=time.perf_counter() - t0, n_trained=n_trained)

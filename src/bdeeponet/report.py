@@ -171,7 +171,8 @@ def scenario_figures(out: Path, problem: str, noise: float, records: dict, metho
     return figs
 
 
-def write_report(out: Path, jobs, wall_seconds: float | None = None) -> Path:
+def write_report(out: Path, jobs, wall_seconds: float | None = None,
+                 n_trained: int | None = None) -> Path:
     """Tables (CSV, Markdown), figures and a self-contained ``report.html`` under ``out``."""
     scen = list(dict.fromkeys((j.problem, j.noise) for j in jobs))
     methods = list(dict.fromkeys(j.method for j in jobs))
@@ -184,6 +185,12 @@ def write_report(out: Path, jobs, wall_seconds: float | None = None) -> Path:
     write_text(out / "results.md", md)
     figs = [f for p, n in scen for f in scenario_figures(out, p, n, records, methods)]
     info = _machine_info(methods, seeds, wall_seconds)
+    step_seconds = sum(r["timing"]["sec_per_iter"] * r["timing"]["n_iters"]
+                       for recs in records.values() for r in recs)
+    info["runs"] = f"{sum(map(len, records.values()))} finished of {len(jobs)}"
+    if n_trained is not None:
+        info["runs"] += f", {n_trained} trained by this invocation (finished ones are skipped)"
+    info["time spent in sampler steps, summed over the runs"] = f"{step_seconds / 60:.1f} min"
     write_text(out / "report.html", _html(md, figs, info))
     return out / "report.html"
 
