@@ -172,8 +172,6 @@ class DeepONet(nn.Module):
         """
         need = tuple(net for net in ("branch", "trunk")
                      if any(n.startswith(net + ".") for n in names))
-        if "bias" in names and "branch" not in need:
-            need = ("branch", *need)
         with torch.no_grad():
             pred, tapes = self._forward(params, u, y, need)
 
