@@ -166,33 +166,48 @@ def execute(out: Path, jobs: list[Job], workers: int = 2, executor: str = "local
     it ran."""
     todo = [j for j in jobs if not (j.run_dir(out) / "metrics.json").exists()]
     # Longest first, so no worker is left with one long run at the end while the others idle.
-    todo.sort(key=lambda j: expected_cost(out, j), reverse=True)
+    costs = {j: expected_cost(out, j) for j in todo}
+    todo.sort(key=costs.get, reverse=True)
     done = len(jobs) - len(todo)
-    bar = Progress(len(jobs), enabled=progress, start=done, label="runs")
-    bar.update(done)
+    bar = _GridProgress(Progress(len(jobs), enabled=progress, start=done, label="runs"),
+                        done, costs)
     if executor == "local":
-        _execute_local(out, todo, workers, bar, done)
+        _execute_local(out, todo, workers, bar)
     elif executor == "ray":
-        _execute_ray(out, todo, bar, done, ray_address)
+        _execute_ray(out, todo, bar, ray_address)
     else:
         raise ValueError(f"unknown executor '{executor}'; choose one of: local, ray")
-    bar.close()
+    bar.progress.close()
     return len(todo)
 
 
-def _execute_local(out, todo, workers, bar, done) -> None:
+class _GridProgress:
+    """Counts finished runs; the time left comes from their expected costs, since the
+    longest runs go first."""
+
+    def __init__(self, progress: Progress, done: int, costs: dict):
+        self.progress, self.done, self.costs = progress, done, costs
+        self.total_cost, self.done_cost = sum(costs.values()) or 1.0, 0.0
+        progress.update(done)
+
+    def finished(self, job: Job) -> None:
+        self.done += 1
+        self.done_cost += self.costs[job]
+        self.progress.update(self.done, work=self.done_cost / self.total_cost)
+
+
+def _execute_local(out, todo, workers, bar) -> None:
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     ctx = mp.get_context("spawn")  # no forked torch thread pools
     with cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker) as pool:
-        futures = [pool.submit(run_job, str(out), asdict(j)) for j in todo]
+        futures = {pool.submit(run_job, str(out), asdict(j)): j for j in todo}
         for fut in cf.as_completed(futures):
             fut.result()
-            done += 1
-            bar.update(done)
+            bar.finished(futures[fut])
 
 
-def _execute_ray(out, todo, bar, done, address) -> None:
+def _execute_ray(out, todo, bar, address) -> None:
     try:
         import ray
     except ImportError:
@@ -203,12 +218,12 @@ def _execute_ray(out, todo, bar, done, address) -> None:
         ray.init(address=address, log_to_driver=False, **local)
     try:
         remote = ray.remote(num_cpus=1)(run_job)  # one task per (scenario, method, seed)
-        pending = [remote.remote(str(out.resolve()), asdict(j)) for j in todo]
+        refs = {remote.remote(str(out.resolve()), asdict(j)): j for j in todo}
+        pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             ray.get(ready)
-            done += 1
-            bar.update(done)
+            bar.finished(refs[ready[0]])
     finally:
         if started:
             ray.shutdown()

@@ -14,7 +14,9 @@ class Progress:
         self.start_count, self.t0 = start, time.perf_counter()
         self.interval, self.last = interval, 0.0
 
-    def update(self, count: int, **fields) -> None:
+    def update(self, count: int, work: float | None = None, **fields) -> None:
+        """``work``: the fraction of this session's work done, when items differ in size
+        (the time left is then extrapolated from it instead of from the item count)."""
         if not self.enabled:
             return
         now = time.perf_counter()
@@ -24,6 +26,8 @@ class Progress:
         done = count - self.start_count
         rate = done / max(now - self.t0, 1e-9)
         eta = (self.total - count) / rate if rate > 0 else float("inf")
+        if work is not None:
+            eta = (now - self.t0) * (1 - work) / work if work > 0 else float("inf")
         width = 24
         filled = int(width * count / self.total)
         extra = "  ".join(f"{k} {_fmt(v)}" for k, v in fields.items())
