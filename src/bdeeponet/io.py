@@ -9,6 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+# The process umask (read once: os.umask can only be read by setting it). Temporary files
+# are created 0600; the finished file gets the permissions an ordinary open() would give.
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
     """Call ``write(fh)`` on a temporary file beside ``path``, then rename it into place."""
@@ -16,6 +21,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
