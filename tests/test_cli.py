@@ -177,13 +177,18 @@ def test_generate_out_must_be_npz(capsys, tmp_path):
         (["--tau1", "2", "--tau2", "1"], ["tau1 must be < tau2"]),
         (["--tau1", "1", "--tau2", "1"], ["tau1 must be < tau2"]),
         (["--lr", "0"], ["lr must be a finite number > 0"]),
-        (["--noise-std", "-1"], ["noise_std must be a finite number > 0"]),
+        (["--noise-std", "-1"], ["--noise-std", "a number > 0 or 'auto'"]),
+        (["--noise-std", "0"], ["--noise-std", "a number > 0 or 'auto'"]),
+        (["--calibration", "1.5"], ["calibration must be a fraction in [0, 1)", "1.5"]),
+        (["--calibration", "0.99", "--epochs", "1"], ["calibration = 0.99", "leaves"]),
+        (["--metric", "newton"], ["--metric", "'newton'", "kfac"]),
         (["--epochs", "0"], ["epochs must be >= 1"]),
         (["--epochs", "2", "--burn-in", "2"], ["burn_in"]),
         (["--activation", "sine", "--epochs", "1"], ["'sine'", "tanh"]),
         (["--config", "no_such.toml"], ["no such config file"]),
     ],
-    ids=["method", "c", "tau-order", "tau-equal", "lr", "noise-std", "epochs", "burn-in",
+    ids=["method", "c", "tau-order", "tau-equal", "lr", "noise-std", "noise-std-zero",
+         "calibration-range", "calibration-too-large", "metric", "epochs", "burn-in",
          "activation", "config"],
 )
 def test_train_bad_option_writes_nothing(capsys, tmp_path, data_file, extra, words):
@@ -231,17 +236,23 @@ def test_train_broken_file(capsys, tmp_path, data_file, key, value, words):
     assert not (tmp_path / "run").exists()
 
 
-def test_train_without_noise_std_asks_for_it(capsys, tmp_path, data_file):
+def test_train_without_noise_std_estimates_it(capsys, tmp_path, data_file):
     with np.load(data_file) as z:
         arrays = {k: z[k] for k in ("u_train", "s_train", "u_test", "s_test", "y")}
     plain = tmp_path / "plain.npz"
     np.savez(plain, **arrays)
     out = tmp_path / "run"
-    assert_error(cli(capsys, "train", plain, "--out", out, *TINY), "noise", "--noise-std")
-    assert not out.exists()
-    # ... and with --noise-std it trains.
-    assert cli(capsys, "train", plain, "--out", out, "--noise-std", "0.01", *TINY)[0] == 0
-    assert json.loads((out / "config.json").read_text())["noise_std"] == 0.01
+    assert cli(capsys, "train", plain, "--out", out, *TINY)[0] == 0
+    assert json.loads((out / "config.json").read_text())["noise_std"] is None  # unknown
+    assert json.loads((out / "metrics.json").read_text())["noise_std"] > 0  # estimated
+    # ... the linear baseline needs it ...
+    assert_error(cli(capsys, "train", plain, "--out", tmp_path / "lin", "--method", "linear",
+                     *TINY), "noise", "--noise-std")
+    # ... and with --noise-std the run uses it.
+    known = tmp_path / "known"
+    assert cli(capsys, "train", plain, "--out", known, "--noise-std", "0.01", *TINY)[0] == 0
+    assert json.loads((known / "config.json").read_text())["noise_std"] == 0.01
+    assert json.loads((known / "metrics.json").read_text())["noise_std"] == 0.01
 
 
 def test_train_refuses_to_overwrite_finished_run(capsys, runs, data_file):
@@ -400,6 +411,25 @@ def test_predict_at_the_runs_query_points(capsys, tmp_path, runs, method, u_file
         np.testing.assert_allclose(z["mean"], out["mean"], rtol=1e-6, atol=1e-9)
 
 
+def test_predict_levels(capsys, tmp_path, runs, u_file):
+    """A wider level gives a wider band; a level outside (0, 1) is refused."""
+    u, run = new_inputs(), runs("sgld")
+    widths = []
+    for level in ("0.5", "0.9"):
+        pred = tmp_path / f"pred{level}.npz"
+        assert cli(capsys, "predict", run, u_file(u), "--out", pred, "--level", level,
+                   "--function-level", level)[0] == 0
+        with np.load(pred) as z:
+            widths.append(float((z["obs_upper"] - z["obs_lower"]).mean()))
+            assert json.loads(str(z["meta"]))["level"] == float(level)
+    assert widths[0] < widths[1]
+    for flag in ("--level", "--function-level"):
+        bad = tmp_path / "bad.npz"
+        assert_error(cli(capsys, "predict", run, u_file(u), "--out", bad, flag, "1.5"),
+                     flag, "(0, 1)")
+        assert not bad.exists()
+
+
 def test_predict_at_new_query_points(capsys, tmp_path, runs, method, u_file):
     u = new_inputs(2)
     y = np.linspace(0.0, 1.0, 7)[:, None]
@@ -427,11 +457,19 @@ def new_inputs(n: int = 3) -> np.ndarray:
     return np.random.default_rng(5).standard_normal((n, M))
 
 
+BAND_KEYS = ("mean", "std", "lower", "upper", "obs_std", "obs_lower", "obs_upper", "sim_lower",
+             "sim_upper")
+
+
 def assert_band(out: dict, shape: tuple) -> None:
-    for key in ("mean", "std", "lower", "upper"):
+    """The keys of DESIGN.md's predict contract, nested as they must be: the observation
+    band (σ included) holds the solution band, and the levels are in ``meta``."""
+    for key in BAND_KEYS:
         assert out[key].shape == shape, (key, out[key].shape)
         assert np.all(np.isfinite(out[key])), key
-    assert np.all(out["std"] >= 0)
-    assert np.all(out["lower"] <= out["mean"]) and np.all(out["mean"] <= out["upper"])
-    np.testing.assert_allclose(out["upper"] - out["lower"], 4 * out["std"], rtol=1e-6,
-                               atol=1e-12)
+    assert np.all(out["std"] >= 0) and np.all(out["obs_std"] >= 0.01 - 1e-12)  # σ = 0.01
+    for lo, hi in (("lower", "upper"), ("obs_lower", "obs_upper"), ("sim_lower", "sim_upper")):
+        assert np.all(out[lo] <= out["mean"]) and np.all(out["mean"] <= out[hi]), lo
+    assert np.all(out["obs_lower"] <= out["lower"]) and np.all(out["upper"] <= out["obs_upper"])
+    meta = json.loads(str(out["meta"]))
+    assert meta["level"] == 0.95 and meta["function_level"] == 0.95 and meta["noise_std"] == 0.01

@@ -123,6 +123,22 @@ BROKEN = [
             ("two-strings", ["{}", "{}"]),
         )
     ],
+    *[
+        pytest.param("meta", with_value("meta", lambda a, v=v: np.asarray(json.dumps(v))), fault,
+                     id=f"meta-periodic-{name}")
+        for name, v, fault in (
+            ("missing-column", {"periodic": [[1, 1.0]]},
+             "periodic coordinate 1, but 'y' has 1 columns (0..0)"),
+            ("negative-column", {"periodic": [[-1, 1.0]]}, "periodic coordinate -1"),
+            ("twice", {"periodic": [[0, 1.0], [0, 2.0]]}, "periodic coordinate 0 twice"),
+            ("not-pairs", {"periodic": [0, 1.0]}, "list of [column, period] pairs"),
+            ("triple", {"periodic": [[0, 1.0, 2.0]]}, "list of [column, period] pairs"),
+            ("not-a-list", {"periodic": "x"}, "list of [column, period] pairs"),
+            ("float-column", {"periodic": [[0.0, 1.0]]}, "integer column"),
+            ("zero-period", {"periodic": [[0, 0]]}, "period > 0"),
+            ("text-period", {"periodic": [[0, "1"]]}, "period > 0"),
+        )
+    ],
 ]
 
 
@@ -229,6 +245,18 @@ def test_hand_written_file_with_all_keys_loads(tmp_path):
     np.testing.assert_array_equal(d.s_train_clean, arrays["s_train_clean"])
     assert d.noise_std == 0.25 and isinstance(d.noise_std, float)
     assert d.meta == {"problem": "hand-made"}
+    assert d.periodic == ()
+
+
+def test_periodic_declaration_is_read_from_meta(tmp_path):
+    arrays = valid_arrays()
+    arrays["y"] = np.column_stack([arrays["y"], 2 * arrays["y"]])
+    arrays["meta"] = np.asarray(json.dumps({"periodic": [[1, 2]]}))  # an int period is fine
+    np.savez(tmp_path / "p.npz", **arrays)
+    d = load(tmp_path / "p.npz")
+    assert d.periodic == ((1, 2.0),) and isinstance(d.periodic[0][1], float)
+    with pytest.raises(DataError, match="periodic coordinate 2, but 'y' has 2 columns \\(0..1\\)"):
+        OperatorData(**{k: arrays[k] for k in REQUIRED}, meta={"periodic": [[0, 1.0], [2, 1.0]]})
 
 
 # ---------------------------------------------------------------------------- generate
@@ -258,6 +286,15 @@ def test_generate_shapes(generated, name):
     np.testing.assert_allclose(d.sensors, np.linspace(0.0, 1.0, 20)[:, None], atol=1e-12)
     assert d.noise_std == 0.1
     assert d.meta["problem"] == name and d.meta["noise_std"] == 0.1
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_generate_declares_the_periodic_coordinates(generated, name):
+    d = generated[name]
+    if name == "advection_diffusion":  # periodic in x (column 0) with period 1
+        assert d.meta["periodic"] == [[0, 1.0]] and d.periodic == ((0, 1.0),)
+    else:
+        assert "periodic" not in d.meta and d.periodic == ()
 
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
@@ -316,15 +353,17 @@ def test_generate_refuses_bad_sizes(kwargs, name):
         generate(get_problem("antiderivative"), 0.1, np.random.default_rng(0), **kwargs)
 
 
-def test_save_load_round_trip_is_exact(generated, tmp_path):
-    d = generated["diffusion_reaction"]
+@pytest.mark.parametrize("name", ["diffusion_reaction", "advection_diffusion"])
+def test_save_load_round_trip_is_exact(generated, tmp_path, name):
+    d = generated[name]
     path = tmp_path / "sub" / "round.npz"
     d.save(path)
     back = load(path)
     for key in ARRAY_KEYS:
         np.testing.assert_array_equal(getattr(back, key), getattr(d, key))
     assert back.noise_std == d.noise_std
-    assert back.meta == d.meta and back.meta["problem"] == "diffusion_reaction"
+    assert back.meta == d.meta and back.meta["problem"] == name
+    assert back.periodic == d.periodic
     assert [p.name for p in path.parent.iterdir()] == ["round.npz"]  # no temporary left
 
 

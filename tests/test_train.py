@@ -76,7 +76,7 @@ def test_same_seed_same_result_and_other_seed_differs(small_data):
 def test_divergence_stops_with_a_clear_message_and_no_finished_run(small_data, tmp_path):
     data, _ = small_data
     conf = TrainConfig(method="sgld", epochs=20, batch_size=10, width=8, latent=8, lr=1e30,
-                       precondition=False, checkpoint_every=1)
+                       metric="identity", checkpoint_every=1)
     with pytest.raises(TrainingDiverged, match="epoch 1.*smaller step size"):
         train(data, conf, out=tmp_path / "run")
     assert not (tmp_path / "run" / "metrics.json").exists()
@@ -87,7 +87,7 @@ def test_divergence_in_the_very_last_update_is_caught(small_data, tmp_path):
     """One step in all: its energy is finite (evaluated before the update), the result is not."""
     data, _ = small_data
     conf = TrainConfig(method="sgld", epochs=1, batch_size=data.n_train, width=8, latent=8,
-                       lr=1e37, precondition=False)  # lr * gradient overflows float32
+                       lr=1e37, metric="identity")  # lr * gradient overflows float32
     with pytest.raises(TrainingDiverged, match="parameters became NaN or infinite at epoch 1"):
         train(data, conf, out=tmp_path / "run")
     assert not (tmp_path / "run" / "metrics.json").exists()

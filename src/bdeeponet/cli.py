@@ -44,26 +44,67 @@ def _add_train(sub):
     p.add_argument("--method", help="adam, sgld, resgld or mresgld (default mresgld)")
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--config", help="TOML file with TrainConfig keys (flags override it)")
-    for flag, typ in (("epochs", int), ("batch-size", int), ("seed", int), ("noise-std", float),
+    for flag, typ in (("epochs", int), ("batch-size", int), ("seed", int),
                       ("lr", float), ("lr-hot", float), ("tau1", float), ("tau2", float),
                       ("c", float), ("burn-in", int), ("thin", int), ("prior-std", float),
                       ("width", int), ("depth", int), ("latent", int), ("activation", str),
-                      ("dropout", float), ("mc-samples", int), ("checkpoint-every", int)):
+                      ("dropout", float), ("mc-samples", int), ("checkpoint-every", int),
+                      ("warm-lr", float), ("fisher-samples", int), ("prior", str)):
         p.add_argument(f"--{flag}", type=typ)
-    p.add_argument("--no-precondition", action="store_true", help="plain Langevin steps (G = I)")
+    p.add_argument("--noise-std", type=_noise_std, metavar="SD|auto",
+                   help="noise sd of the targets (default: the file's); 'auto' estimates it")
+    p.add_argument("--metric", choices=["kfac", "rmsprop", "identity"],
+                   help="Langevin metric (default kfac: warm start + Kronecker metric)")
+    p.add_argument("--calibration", type=float, metavar="FRACTION",
+                   help="training functions held out to calibrate the bands (default 0.1; 0: none)")
+    p.add_argument("--control-variate", action="store_true", default=None,
+                   help="kfac: gradients anchored at the warm start (Baker et al. 2019)")
     p.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
 
 
+def _noise_std(text: str):
+    if text == "auto":
+        return "auto"
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0 or 'auto', got '{text}'") from None
+    if not (value > 0 and np.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a number > 0 or 'auto', got '{text}'")
+    return value
+
+
+def _level(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"a nominal level must be in (0, 1), got '{text}'")
+    return value
+
+
 def _add_predict_evaluate(sub):
-    p = sub.add_parser("predict", help="predictive mean, std and band for new inputs")
+    p = sub.add_parser("predict", help="predictive mean, std and bands for new inputs")
     p.add_argument("run", help="run directory")
     p.add_argument("input", help=".npz with 'u' (n, m) and optionally 'y' (P, d)")
-    p.add_argument("--out", required=True, help="output .npz (mean, std, lower, upper)")
+    p.add_argument("--out", required=True,
+                   help="output .npz: mean, std, lower/upper (solution band), obs_std, "
+                        "obs_lower/obs_upper (observation band), sim_lower/sim_upper (whole "
+                        "trajectory), meta")
+    p.add_argument("--level", type=_level, default=0.95,
+                   help="nominal level of the pointwise bands (default 0.95)")
+    p.add_argument("--function-level", type=_level, default=0.95,
+                   help="nominal level of the function-level band (default 0.95)")
     p = sub.add_parser("evaluate", help="metrics of a run on a data file's test set (JSON)")
     p.add_argument("run", help="run directory")
     p.add_argument("data", help="aligned operator data (.npz)")
+    p = sub.add_parser("calibrate", help="refit a finished run's band calibration on its "
+                       "held-out training functions (rewrites posterior.pt and metrics.json)")
+    p.add_argument("run", help="run directory")
+    p.add_argument("data", help="the aligned operator data (.npz) the run was trained on")
     p = sub.add_parser("plot-data", help="figure of the input and target distributions")
     p.add_argument("data", help="aligned operator data (.npz)")
     p.add_argument("--out", required=True, help="output image (.png, .pdf, .svg)")
@@ -139,9 +180,8 @@ def train_config(args):
     flags = {k: getattr(args, k) for k in (
         "method", "epochs", "batch_size", "seed", "noise_std", "lr", "lr_hot", "tau1", "tau2",
         "c", "burn_in", "thin", "prior_std", "width", "depth", "latent", "activation", "dropout",
-        "mc_samples", "checkpoint_every")}
-    if args.no_precondition:
-        flags["precondition"] = False
+        "mc_samples", "checkpoint_every", "warm_lr", "fisher_samples", "prior", "metric",
+        "calibration", "control_variate")}
     merged = {**base, **{k: v for k, v in flags.items() if v is not None}}
     return TrainConfig.from_dict(merged)
 
@@ -189,9 +229,13 @@ def cmd_predict(args) -> None:
         raise UsageError(f"{args.input}: missing key 'u' (input functions, shape (n, m))")
     u = arrays["u"]
     y = arrays["y"] if "y" in arrays else _run_query_points(run)
-    out = predict(run, u, y)
-    atomic_write(args.out, lambda fh: np.savez(fh, **out, y=y))
-    print(f"wrote {args.out}: mean, std, lower, upper of shape {out['mean'].shape}")
+    out = predict(run, u, y, args.level, args.function_level)
+    meta = json.dumps({"level": args.level, "function_level": args.function_level,
+                       "noise_std": run.posterior.noise_std,
+                       "calibrated": bool(run.posterior.calibration)})
+    atomic_write(args.out, lambda fh: np.savez(fh, **out, y=y, meta=np.asarray(meta)))
+    print(f"wrote {args.out}: {', '.join(out)} of shape {out['mean'].shape} "
+          f"(bands at {args.level:g}, whole trajectories at {args.function_level:g})")
 
 
 def _run_query_points(run) -> np.ndarray:
@@ -210,6 +254,15 @@ def cmd_evaluate(args) -> None:
     print(json.dumps(evaluate(run, data), indent=2))
 
 
+def cmd_calibrate(args) -> None:
+    from .data import load
+    from .train import recalibrate
+
+    metrics = recalibrate(args.run, load(args.data))
+    print(json.dumps({"calibration_scales": metrics.get("calibration_scales"),
+                      "coverage": metrics["coverage"]}, indent=2))
+
+
 def cmd_reproduce(args) -> None:
     from .experiments import reproduce
 
@@ -220,7 +273,8 @@ def cmd_reproduce(args) -> None:
 
 
 COMMANDS = {"generate": cmd_generate, "plot-data": cmd_plot_data, "train": cmd_train,
-            "predict": cmd_predict, "evaluate": cmd_evaluate, "reproduce": cmd_reproduce}
+            "predict": cmd_predict, "evaluate": cmd_evaluate, "calibrate": cmd_calibrate,
+            "reproduce": cmd_reproduce}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,13 +15,18 @@ key                shape      meaning
 ``noise_std``      ()         optional: standard deviation of the noise
 ``meta``           () str     optional: JSON text (problem, parameters, seed)
 =================  =========  ===============================================
+
+``meta`` may declare ``"periodic": [[j, period], ...]``: the solution is periodic with that
+period in column j of ``y`` (see :attr:`OperatorData.periodic`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 import os
+import reprlib
 import zipfile
 from dataclasses import dataclass, field
 
@@ -65,6 +70,12 @@ class OperatorData:
     @property
     def n_points(self) -> int:
         return self.y.shape[0]
+
+    @property
+    def periodic(self) -> tuple[tuple[int, float], ...]:
+        """``(j, period)`` for each column j of ``y`` that ``meta["periodic"]`` declares
+        periodic; empty when it declares none."""
+        return tuple((int(j), float(period)) for j, period in self.meta.get("periodic", ()))
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the ``.npz`` atomically."""
@@ -131,6 +142,36 @@ def validate(d: OperatorData) -> None:
         if not np.isfinite(sd) or sd <= 0:
             raise DataError(f"'noise_std' must be a finite number > 0, got {sd}")
         object.__setattr__(d, "noise_std", sd)
+    _check_periodic(d.meta, d.y.shape[1])
+
+
+def _check_periodic(meta, dim_y: int) -> None:
+    """``meta["periodic"]``, when present, is a list of [column of y, period > 0] pairs."""
+    if not isinstance(meta, dict):
+        raise DataError(f"'meta' must be a dict, got {type(meta).__name__}")
+    value = meta.get("periodic", [])
+    if not isinstance(value, list | tuple) or not all(_is_period_pair(p) for p in value):
+        raise DataError(
+            f"'meta' declares periodic {reprlib.repr(value)}: it must be a list of "
+            f"[column, period] pairs, an integer column and a finite period > 0"
+        )
+    seen = set()
+    for j, _ in value:
+        if not 0 <= j < dim_y:
+            raise DataError(f"'meta' declares periodic coordinate {j}, but 'y' has {dim_y} "
+                            f"columns (0..{dim_y - 1})")
+        if j in seen:
+            raise DataError(f"'meta' declares periodic coordinate {j} twice")
+        seen.add(j)
+
+
+def _is_period_pair(p) -> bool:
+    if not isinstance(p, list | tuple) or len(p) != 2:
+        return False
+    j, period = p
+    return (isinstance(j, numbers.Integral) and not isinstance(j, bool)
+            and isinstance(period, numbers.Real) and not isinstance(period, bool)
+            and bool(np.isfinite(period)) and period > 0)
 
 
 def load(path: str | os.PathLike) -> OperatorData:
@@ -236,6 +277,8 @@ def generate(
         "noise_std": noise_std,
         "format_version": FORMAT_VERSION,
     }
+    if problem.periodic_coordinates:
+        meta["periodic"] = [[j, period] for j, period in problem.periodic_coordinates]
     return OperatorData(
         u_train=u[:n_train, ::stride],
         s_train=noisy,

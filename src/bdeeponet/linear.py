@@ -24,6 +24,8 @@ class LinearPosterior:
     weights: np.ndarray  # W (m+1, P)
     cov: np.ndarray  # Σ (m+1, m+1)
     y: np.ndarray  # training query points (P, d)
+    noise_std: float = float("nan")
+    calibration: dict | None = None  # Calibration.to_dict() from held-out functions
 
     kind = "linear"
     n_samples = 0
@@ -50,11 +52,13 @@ class LinearPosterior:
 
     def state_dict(self) -> dict:
         return {"kind": self.kind, "weights": torch.from_numpy(self.weights),
-                "cov": torch.from_numpy(self.cov), "y": torch.from_numpy(self.y)}
+                "cov": torch.from_numpy(self.cov), "y": torch.from_numpy(self.y),
+                "noise_std": self.noise_std, "calibration": self.calibration}
 
     @classmethod
     def from_state_dict(cls, d: dict) -> LinearPosterior:
-        return cls(d["weights"].numpy(), d["cov"].numpy(), d["y"].numpy())
+        return cls(d["weights"].numpy(), d["cov"].numpy(), d["y"].numpy(),
+                   float(d.get("noise_std", float("nan"))), d.get("calibration"))
 
 
 def fit_linear(u, s, y, noise_std: float, prior_std: float = 1.0) -> LinearPosterior:
@@ -64,4 +68,4 @@ def fit_linear(u, s, y, noise_std: float, prior_std: float = 1.0) -> LinearPoste
     factor = cho_factor(precision)
     cov = cho_solve(factor, np.eye(x.shape[1]))
     weights = cho_solve(factor, x.T @ np.asarray(s, dtype=np.float64)) / noise_std**2
-    return LinearPosterior(weights, cov, np.asarray(y, dtype=np.float64))
+    return LinearPosterior(weights, cov, np.asarray(y, dtype=np.float64), float(noise_std))

@@ -1,9 +1,14 @@
 """DeepONet (Lu et al. 2021) in the aligned form, as a plain ``nn.Module``.
 
-``G(u)(y) = <b(u), t(y)> + bias``: the branch net maps the sensor values u (n, m) to
-coefficients b (n, q), the trunk net maps query points y (P, d) to basis values t (P, q),
-and the output for every function at every point is ``B @ T^T + bias`` (n, P). The branch
-input is never replicated per query point (DESIGN.md: aligned data).
+``G(u)(y) = s_shift + s_scale (<b((u - u_shift) / u_scale), t(φ(y))> + bias)``: the branch
+net maps the standardised sensor values u (n, m) to coefficients b (n, q), the trunk net
+maps the features φ(y) of the query points y (P, d) to basis values t (P, q), and the output
+for every function at every point is ``s_shift + s_scale (B @ T^T + bias)`` (n, P). The
+branch input is never replicated per query point (DESIGN.md: aligned data). The
+standardisation constants live in :class:`ModelConfig` (see :func:`standardisation`), so a
+saved model predicts in the data's own units. φ is the identity except on the periodic
+coordinates, which it replaces by Fourier features (:func:`fourier_features`): the model is
+then exactly periodic in them.
 
 Samplers take thousands of steps on a net this small, so the step is dominated by fixed
 per-operation costs and by the trunk's activations on P points. Two things keep it fast:
@@ -15,32 +20,22 @@ per-operation costs and by the trunk's activations on P points. Two things keep 
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 
 def fast_tanh(x: torch.Tensor) -> torch.Tensor:
-    """``tanh(x)`` as ``2 sigmoid(2x) - 1`` (differentiable)."""
+    """``tanh(x)`` as ``2 sigmoid(2x) - 1`` (differentiable, also under torch.func)."""
     if torch.is_grad_enabled() and x.requires_grad:
-        return _FastTanh.apply(x)
+        return torch.sigmoid(x * 2) * 2 - 1
     return torch.sigmoid(x * 2).mul_(2).sub_(1)
-
-
-class _FastTanh(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        h = torch.sigmoid(x * 2).mul_(2).sub_(1)
-        ctx.save_for_backward(h)
-        return h
-
-    @staticmethod
-    def backward(ctx, grad):
-        (h,) = ctx.saved_tensors
-        return torch.addcmul(grad, grad * h, h, value=-1)  # grad (1 - h²)
 
 
 class Tanh(nn.Module):
@@ -98,7 +93,13 @@ def set_dropout_generator(model: nn.Module, generator: torch.Generator) -> None:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Architecture of a DeepONet; everything needed to rebuild it from a checkpoint."""
+    """Architecture of a DeepONet; everything needed to rebuild it from a checkpoint.
+
+    ``u_shift, u_scale, s_shift, s_scale``: the model computes
+    ``s_shift + s_scale (branch((u - u_shift) / u_scale) @ trunk(φ(y))^T + bias)``
+    (defaults: no standardisation). ``periodic``: ``(j, period)`` pairs, the columns of y in
+    which the model is periodic; φ replaces each by ``periodic_harmonics`` cos/sin pairs.
+    """
 
     n_sensors: int
     dim_y: int
@@ -107,20 +108,104 @@ class ModelConfig:
     latent: int = 64  # q, the number of basis functions
     activation: str = "tanh"
     dropout: float = 0.0  # only the Adam + MC-dropout baseline uses it
+    u_shift: float = 0.0
+    u_scale: float = 1.0
+    s_shift: float = 0.0
+    s_scale: float = 1.0
+    periodic: tuple = ()
+    periodic_harmonics: int = 4
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
             raise ValueError(
                 f"unknown activation '{self.activation}'; choose one of: {', '.join(ACTIVATIONS)}"
             )
-        for name in ("n_sensors", "dim_y", "width", "depth", "latent"):
+        for name in ("n_sensors", "dim_y", "width", "depth", "latent", "periodic_harmonics"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        for name in ("u_shift", "u_scale", "s_shift", "s_scale"):
+            value = getattr(self, name)
+            positive = name.endswith("scale")
+            if not _is_finite_real(value) or (positive and value <= 0):
+                raise ValueError(
+                    f"{name} must be a finite number{' > 0' if positive else ''}, got {value!r}"
+                )
+            object.__setattr__(self, name, float(value))
+        # JSON (config.json, checkpoints) turns the pairs into lists: store one canonical form.
+        object.__setattr__(self, "periodic", _periodic_pairs(self.periodic, self.dim_y))
+
+    @property
+    def trunk_in_features(self) -> int:
+        """Width of φ(y): the non-periodic columns plus 2 K per periodic column."""
+        n = len(self.periodic)
+        return self.dim_y - n + 2 * self.periodic_harmonics * n
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _is_finite_real(value) -> bool:
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _periodic_pairs(value, dim_y: int) -> tuple[tuple[int, float], ...]:
+    """``value`` as a tuple of ``(int j, float period)``; ValueError naming a bad entry."""
+    try:
+        pairs = [tuple(p) for p in value]
+    except TypeError:
+        pairs = None
+    if pairs is None or any(len(p) != 2 for p in pairs):
+        raise ValueError(f"periodic must be a sequence of (coordinate, period) pairs, got {value!r}")
+    out: dict[int, float] = {}
+    for j, period in pairs:
+        if isinstance(j, bool) or not isinstance(j, numbers.Integral):
+            raise ValueError(f"periodic coordinate {j!r} must be an integer column index of y")
+        if not 0 <= j < dim_y:
+            raise ValueError(f"periodic coordinate {j} does not exist: y has {dim_y} columns")
+        if j in out:
+            raise ValueError(f"periodic coordinate {j} is declared twice")
+        if not _is_finite_real(period) or period <= 0:
+            raise ValueError(
+                f"periodic coordinate {j} has period {period!r}; it must be a finite number > 0"
+            )
+        out[int(j)] = float(period)
+    return tuple(out.items())
+
+
+def standardisation(u_train, s_train) -> dict[str, float]:
+    """``{u_shift, u_scale, s_shift, s_scale}`` for :class:`ModelConfig`: the mean and the
+    (population) standard deviation of all entries of ``u_train`` and of ``s_train``.
+
+    A standard deviation that is zero up to rounding (constant data: ``std <= 1e-12 |mean|``)
+    becomes 1.0, so the model divides by something.
+    """
+    out = {}
+    for prefix, a in (("u", u_train), ("s", s_train)):
+        a = np.asarray(a, dtype=np.float64)
+        mean, std = float(a.mean()), float(a.std())
+        out[f"{prefix}_shift"] = mean
+        out[f"{prefix}_scale"] = std if std > 1e-12 * abs(mean) else 1.0
+    return out
+
+
+def fourier_features(y: torch.Tensor, periodic, harmonics: int) -> torch.Tensor:
+    """φ(y) (P, d - n + 2 K n) for y (P, d): the non-periodic columns as they are, then for
+    each ``(j, L)`` in ``periodic`` the columns ``cos(2π k y_j / L), sin(2π k y_j / L)``,
+    k = 1..K (``K = harmonics``), interleaved.
+
+    The phase is computed in float64 whatever the dtype of y (a float32 phase carries a
+    rounding error that grows with |K y_j / L|); the result has y's dtype.
+    """
+    cols = {j for j, _ in periodic}
+    parts = [y[:, [j for j in range(y.shape[1]) if j not in cols]]]
+    k = torch.arange(1, harmonics + 1, dtype=torch.float64, device=y.device)
+    for j, period in periodic:
+        phase = y[:, j, None].double() * (2 * math.pi / period) * k
+        parts.append(torch.stack([phase.cos(), phase.sin()], dim=2).flatten(1).to(y.dtype))
+    return torch.cat(parts, dim=1)
 
 
 def mlp(sizes: list[int], activation: str, dropout: float, last_activation: bool) -> nn.Sequential:
@@ -149,11 +234,41 @@ class DeepONet(nn.Module):
             [config.n_sensors, *hidden, config.latent], config.activation, config.dropout, False
         )
         # The trunk's last layer is activated: its outputs are the basis functions t(y).
-        self.trunk = mlp([config.dim_y, *hidden, config.latent], config.activation, 0.0, True)
+        self.trunk = mlp(
+            [config.trunk_in_features, *hidden, config.latent], config.activation, 0.0, True
+        )
         self.bias = nn.Parameter(torch.zeros(()))
 
     def forward(self, u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.branch(u) @ self.trunk(y).T + self.bias
+        c = self.config
+        z = self.branch(self.branch_input(u)) @ self.trunk(self.trunk_input(y)).T + self.bias
+        return c.s_shift + c.s_scale * z
+
+    def branch_input(self, u: torch.Tensor) -> torch.Tensor:
+        """``(u - u_shift) / u_scale`` (``u`` itself with the default constants)."""
+        c = self.config
+        if c.u_shift == 0.0 and c.u_scale == 1.0:
+            return u
+        return (u - c.u_shift) / c.u_scale
+
+    def trunk_input(self, y: torch.Tensor) -> torch.Tensor:
+        """φ(y) (:func:`fourier_features`); ``y`` itself without periodic coordinates.
+
+        φ is a constant of the query points (no gradient flows to y through it). The
+        features of the last ``y`` object are kept: samplers pass the same query points at
+        every step, which is bound by per-operation costs, and φ is a dozen operations.
+        """
+        c = self.config
+        if not c.periodic:
+            return y
+        cached = self.__dict__.get("_feature_cache")
+        # Keyed on y itself (holding it stops its id being reused) and on its version
+        # counter, which in-place writes to y advance.
+        if cached is None or cached[0] is not y or cached[1] != y._version:
+            with torch.no_grad():
+                cached = (y, y._version, fourier_features(y, c.periodic, c.periodic_harmonics))
+            self.__dict__["_feature_cache"] = cached
+        return cached[2]
 
     def functional_forward(self, params, u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """``forward`` with the tensors of ``params`` (names as ``named_parameters``), without
@@ -167,6 +282,9 @@ class DeepONet(nn.Module):
         """The output (n, P) and a function that maps ``dL/d output`` to ``dL/dθ`` for the
         parameters ``names`` only, by the chain rule written out (no autograd graph).
 
+        With ``z = B @ T^T + bias`` and output ``s_shift + s_scale z``, ``dL/dz = s_scale
+        dL/d output``; B's tape starts at the standardised u, T's at φ(y).
+
         A net none of whose parameters is in ``names`` keeps no activations and gets no
         backward pass: that is m-reSGLD's saving on the hot particle.
         """
@@ -175,8 +293,12 @@ class DeepONet(nn.Module):
         with torch.no_grad():
             pred, tapes = self._forward(params, u, y, need)
 
+        s_scale = self.config.s_scale
+
         def backward(dout: torch.Tensor) -> dict[str, torch.Tensor]:
             with torch.no_grad():
+                if s_scale != 1.0:
+                    dout = dout * s_scale  # not in place: dout is the caller's tensor
                 grads = {"bias": dout.sum()}
                 (b, b_tape), (t, t_tape) = tapes["branch"], tapes["trunk"]
                 if "branch" in need:
@@ -193,29 +315,32 @@ class DeepONet(nn.Module):
 
         When the trunk is not needed and none of its tensors requires grad (m-reSGLD's hot
         particle on a branch-only step), its output is reused from the previous call if that
-        call had the same ``y`` object and trunk tensors of exactly equal values (compared
-        element by element, a few microseconds): a frozen trunk then costs neither its
-        backward nor its forward.
+        call had the same ``y`` object (not written in place since) and trunk tensors of
+        exactly equal values (compared element by element, a few microseconds): a frozen
+        trunk then costs neither its backward nor its forward.
         """
         plan = self._plan()
         b_tape = [] if "branch" in need else None
-        b = self._run(plan["branch"], params, u, b_tape)
+        b = self._run(plan["branch"], params, self.branch_input(u), b_tape)
         trunk = [params[n] for n in self._trunk_names]
         if "trunk" in need or any(t.requires_grad for t in trunk):  # (the trunk has no dropout)
             t_tape = [] if "trunk" in need else None
-            t = self._run(plan["trunk"], params, y, t_tape)
+            t = self._run(plan["trunk"], params, self.trunk_input(y), t_tape)
         else:
             t_tape = None
             cached = self.__dict__.get("_trunk_cache")
-            hit = (cached is not None and cached[0] is y
-                   and all(torch.equal(a, b) for a, b in zip(cached[1], trunk, strict=True)))
+            hit = (cached is not None and cached[0] is y and cached[1] == y._version
+                   and all(torch.equal(a, b) for a, b in zip(cached[2], trunk, strict=True)))
             if not hit:
                 with torch.no_grad():
-                    cached = (y, [p.detach().clone() for p in trunk],
-                              self._run(plan["trunk"], params, y, None))
+                    cached = (y, y._version, [p.detach().clone() for p in trunk],
+                              self._run(plan["trunk"], params, self.trunk_input(y), None))
                 self.__dict__["_trunk_cache"] = cached
-            t = cached[2]
-        pred = torch.addmm(params["bias"], b, t.t())
+            t = cached[3]
+        c, bias = self.config, params["bias"]
+        if c.s_shift != 0.0 or c.s_scale != 1.0:  # skipped by default: a step is ~op-bound
+            bias = c.s_shift + c.s_scale * bias
+        pred = torch.addmm(bias, b, t.t(), alpha=c.s_scale)  # s_shift + s_scale (B T^T + bias)
         return pred, {"branch": (b, b_tape), "trunk": (t, t_tape)}
 
     def _plan(self):

@@ -37,6 +37,8 @@ class Posterior:
     config: ModelConfig
     samples: torch.Tensor
     mc_dropout: int = 0
+    noise_std: float = float("nan")  # σ of the observations (for the observation band)
+    calibration: dict | None = None  # Calibration.to_dict() from held-out functions
 
     def __post_init__(self):
         self.model = DeepONet(self.config)
@@ -87,8 +89,11 @@ class Posterior:
         return {"mean": mean, "std": std, "lower": mean - z * std, "upper": mean + z * std}
 
     def state_dict(self) -> dict:
-        return {"config": self.config.to_dict(), "samples": self.samples, "mc_dropout": self.mc_dropout}
+        return {"config": self.config.to_dict(), "samples": self.samples,
+                "mc_dropout": self.mc_dropout, "noise_std": self.noise_std,
+                "calibration": self.calibration}
 
     @classmethod
     def from_state_dict(cls, d: dict) -> Posterior:
-        return cls(ModelConfig(**d["config"]), d["samples"], int(d["mc_dropout"]))
+        return cls(ModelConfig(**d["config"]), d["samples"], int(d["mc_dropout"]),
+                   float(d.get("noise_std", float("nan"))), d.get("calibration"))

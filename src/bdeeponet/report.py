@@ -102,11 +102,74 @@ def time_ratio_rows(records: dict, scen) -> list[dict]:
     return rows
 
 
+CAL_LEVELS = ("0.5", "0.8", "0.9", "0.95", "0.99")
+
+
+def calibration_rows(records: dict) -> list[dict]:
+    """Observed coverage (%) of the clean test truth at each nominal level, mean over seeds:
+    pointwise by the raw band, pointwise by the calibrated band, per function by the
+    function-level band."""
+    rows = []
+    for (problem, noise, method), recs in records.items():
+        cov = [r["metrics"].get("coverage") for r in recs]
+        if not cov or any(c is None for c in cov):
+            continue
+        row = {"problem": problem, "noise": noise, "method": method}
+        for kind, key, part in (("raw", "raw", "pointwise"), ("cal", "calibrated", "pointwise"),
+                                ("func", "calibrated", "function")):
+            for lev in CAL_LEVELS:
+                vals = [c[key][part][lev] for c in cov if c.get(key)]
+                row[f"{kind}_{lev}"] = float(np.mean(vals)) if vals else float("nan")
+        rows.append(row)
+    return rows
+
+
+def swap_rows(records: dict) -> list[dict]:
+    """Measured swap acceptance beside the predicted one (reSGLD and m-reSGLD)."""
+    rows = []
+    for (problem, noise, method), recs in records.items():
+        swaps = [r["metrics"]["swap"] for r in recs if "swap" in r["metrics"]]
+        if swaps:
+            rows.append({"problem": problem, "noise": noise, "method": method,
+                         **{k: float(np.mean([sw[k] for sw in swaps])) for k in swaps[0]}})
+    return rows
+
+
 def _fmt(mean: float, sd: float) -> str:
     if not np.isfinite(mean):
         return "–"
     digits = 4 if abs(mean) < 0.1 else 2
     return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if np.isfinite(sd) else "")
+
+
+def calibration_markdown(cal: list[dict], swaps: list[dict]) -> str:
+    lines = []
+    if cal:
+        lines += ["### Calibration: observed coverage (%) of the clean test truth", "",
+                  "Pointwise by the raw band (mean ± z std), by the band calibrated on held-out "
+                  "training functions, and per function (whole trajectory inside) by the "
+                  "function-level band; mean over seeds.", ""]
+        head = ["scenario", "method", *(f"raw {v}" for v in CAL_LEVELS),
+                *(f"cal. {v}" for v in CAL_LEVELS), *(f"function {v}" for v in CAL_LEVELS)]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in cal:
+            cells = [f"{r[f'{k}_{v}']:.1f}" for k in ("raw", "cal", "func") for v in CAL_LEVELS]
+            lines.append(f"| {r['problem']} {r['noise']:g} | {r['method']} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if swaps:
+        lines += ["### Replica swaps: measured and predicted acceptance", "",
+                  "Predicted for a Gaussian posterior in d dimensions (d = the number of "
+                  "parameters, and the effective d implied by the measured energy gap between "
+                  "the replicas); Λ is the communication barrier of the pair.", "",
+                  "| scenario | method | measured | predicted (d) | predicted (d_eff) | d | d_eff | Λ |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in swaps:
+            lines.append(f"| {r['problem']} {r['noise']:g} | {r['method']} | {r['measured']:.2e} | "
+                         f"{r['predicted']:.2e} | {r['predicted_from_gap']:.2e} | "
+                         f"{r['parameters']:.0f} | {r['effective_dimension']:.0f} | "
+                         f"{r['barrier']:.0f} |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def markdown_tables(rows: list[dict], ratios: list[dict]) -> str:
@@ -166,7 +229,12 @@ def scenario_figures(out: Path, problem: str, noise: float, records: dict, metho
     timed = {m: first[m]["history"] for m in ("resgld", "mresgld") if m in first}
     if len(timed) == 2:
         figs.append(plot_iteration_time(timed, figdir / f"{name}-time.png", title))
-    calib = {m: [r["metrics"]["calibration"] for r in records[(problem, noise, m)]] for m in first}
+    calib = {}
+    for m in first:
+        recs = [r["metrics"] for r in records[(problem, noise, m)]]
+        calib[f"{m} raw"] = [r["calibration"] for r in recs]
+        if all((r.get("coverage") or {}).get("calibrated") for r in recs):
+            calib[f"{m} calibrated"] = [r["coverage"]["calibrated"]["pointwise"] for r in recs]
     figs.append(plot_calibration(calib, figdir / f"{name}-calibration.png", title))
     return figs
 
@@ -179,9 +247,12 @@ def write_report(out: Path, jobs, wall_seconds: float | None = None,
     seeds = list(dict.fromkeys(j.seed for j in jobs))
     records = collect(out, jobs)
     rows, ratios = summary_rows(records), time_ratio_rows(records, scen)
+    cal, swaps = calibration_rows(records), swap_rows(records)
     _write_csv(out / "results.csv", rows)
     _write_csv(out / "time_ratio.csv", ratios)
-    md = markdown_tables(rows, ratios)
+    _write_csv(out / "calibration.csv", cal)
+    _write_csv(out / "swaps.csv", swaps)
+    md = markdown_tables(rows, ratios) + "\n" + calibration_markdown(cal, swaps)
     write_text(out / "results.md", md)
     figs = [f for p, n in scen for f in scenario_figures(out, p, n, records, methods)]
     info = _machine_info(methods, seeds, wall_seconds)

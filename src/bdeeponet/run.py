@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .calibration import Calibration, bands, coverage_table
 from .config import TrainConfig
 from .data import OperatorData
 from .linear import LinearPosterior
@@ -56,8 +57,11 @@ def load_run(path: str | Path) -> Run:
     return Run(path, config, posterior, metrics)
 
 
-def predict(run: Run, u, y, z: float = 2.0) -> dict[str, np.ndarray]:
-    """Predictive mean, std and band (each (n, P)) for inputs u (n, m) at points y (P, d)."""
+def predict(run: Run, u, y, level: float = 0.95, function_level: float = 0.95
+            ) -> dict[str, np.ndarray]:
+    """The prediction for inputs u (n, m) at points y (P, d), each (n, P): ``mean``, ``std``
+    and the bands of :mod:`.calibration` (``lower``/``upper``: the solution at ``level``;
+    ``obs_*``: a new measurement; ``sim_*``: the whole trajectory at ``function_level``)."""
     u, y = _float_array("u", u), _float_array("y", y)
     if u.ndim != 2 or u.shape[1] != run.n_sensors:
         raise ValueError(
@@ -68,8 +72,10 @@ def predict(run: Run, u, y, z: float = 2.0) -> dict[str, np.ndarray]:
     for key, a in (("u", u), ("y", y)):
         if not np.all(np.isfinite(a)):
             raise ValueError(f"'{key}' contains NaN or inf")
-    out = run.posterior.predict(u, y, z=z, seed=run.config.seed)
-    return {k: v.numpy() for k, v in out.items()}
+    out = run.posterior.predict(u, y, seed=run.config.seed)
+    post = run.posterior
+    return bands(out["mean"].numpy(), out["std"].numpy(), post.noise_std,
+                 Calibration.from_dict(post.calibration), level, function_level)
 
 
 def _float_array(key: str, a) -> np.ndarray:
@@ -83,4 +89,20 @@ def _float_array(key: str, a) -> np.ndarray:
 def evaluate(run: Run, data: OperatorData) -> dict:
     """Metrics of the run's predictive distribution on ``data``'s test set."""
     pred = predict(run, data.u_test, data.y)
-    return all_metrics(pred["mean"], pred["std"], data.s_test)
+    return test_metrics(pred["mean"], pred["std"], data.s_test, run.posterior)
+
+
+def test_metrics(mean, std, s_clean, posterior) -> dict:
+    """The paper's e1, e2, e3 of the raw band, NLL, CRPS, and the coverage of the clean
+    truth at each nominal level, raw and calibrated, pointwise and per function."""
+    metrics = all_metrics(mean, std, s_clean)
+    cal = posterior.calibration
+    metrics["coverage"] = {
+        "raw": coverage_table(mean, std, s_clean, posterior.noise_std, None),
+        "calibrated": coverage_table(mean, std, s_clean, posterior.noise_std,
+                                     Calibration.from_dict(cal)) if cal else None,
+    }
+    if cal:
+        metrics["calibration_scales"] = dict(zip((f"{v:g}" for v in cal["levels"]), cal["scales"],
+                                                 strict=True))
+    return metrics

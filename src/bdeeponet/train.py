@@ -9,6 +9,7 @@ run. Every file is replaced atomically.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import time
@@ -19,19 +20,23 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
+from .calibration import fit_calibration
 from .config import TrainConfig
 from .data import OperatorData
-from .energy import GaussianEnergy
+from .energy import GaussianEnergy, fan_in_prior
 from .io import atomic_write, write_json, write_text
 from .linear import LinearPosterior, fit_linear
-from .metrics import all_metrics, effective_sample_size, relative_errors
-from .model import DeepONet, ModelConfig, parameter_groups, set_dropout_generator
+from .metrics import effective_sample_size, relative_errors
+from .model import DeepONet, ModelConfig, parameter_groups, set_dropout_generator, standardisation
+from .noise import noise_sd_from_residuals
 from .posterior import Posterior, flatten
 from .progress import Progress
+from .run import test_metrics
 from .samplers import METHODS
+from .samplers.swap import communication_barrier, predicted_swap_rate
 
 HISTORY_COLUMNS = (
-    "epoch", "e1", "e2", "e1_mean", "e2_mean", "energy", "swap_rate", "sec_per_iter",
+    "epoch", "e1", "e2", "e1_mean", "e2_mean", "energy", "swap_rate", "sec_per_iter", "noise_std",
 )
 
 
@@ -59,9 +64,11 @@ class _Loop:
     test_pred_sum: torch.Tensor | None = None
     step_seconds: float = 0.0
     n_steps: int = 0
+    noise_std: float = 0.0  # σ in use (estimated during burn-in when unknown)
 
 
 def model_config(config: TrainConfig, data: OperatorData) -> ModelConfig:
+    scaling = standardisation(data.u_train, data.s_train) if config.standardise else {}
     return ModelConfig(
         n_sensors=data.n_sensors,
         dim_y=data.y.shape[1],
@@ -70,30 +77,44 @@ def model_config(config: TrainConfig, data: OperatorData) -> ModelConfig:
         latent=config.latent,
         activation=config.activation,
         dropout=config.dropout if config.method == "adam" else 0.0,
+        periodic=data.periodic,
+        **scaling,
     )
 
 
-def build_sampler(config: TrainConfig, model: DeepONet):
+def build_sampler(config: TrainConfig, model: DeepONet, steps_per_epoch: int):
     if config.method == "adam":
         return METHODS["adam"](lr=config.step_size)
+    kwargs = dict(lr=config.step_size, metric=config.metric, freeze_metric=config.freeze_metric,
+                  warm_lr=config.warm_lr, warm_steps=config.burn_in_epochs * steps_per_epoch,
+                  control_variate=config.control_variate, fisher_samples=config.fisher_samples)
     if config.method == "sgld":
-        return METHODS["sgld"](lr=config.step_size, tau=config.tau1, precondition=config.precondition,
-                               freeze_metric=config.freeze_metric)
-    kwargs = dict(lr=config.step_size, lr_hot=config.lr_hot, tau1=config.tau1, tau2=config.tau2,
-                  precondition=config.precondition, freeze_metric=config.freeze_metric)
+        return METHODS["sgld"](tau=config.tau1, **kwargs)
+    kwargs.update(lr_hot=config.lr_hot, tau1=config.tau1, tau2=config.tau2)
     if config.method == "mresgld":
         kwargs.update(groups=parameter_groups(model), c=config.c)
     return METHODS[config.method](**kwargs)
 
 
-def resolve_noise_std(config: TrainConfig, data: OperatorData) -> float:
+def resolve_noise_std(config: TrainConfig, data: OperatorData) -> float | None:
+    """The known σ (flag, then file); None when it is to be estimated (``"auto"``, or a
+    file without ``noise_std`` and no flag)."""
+    if config.noise_std == "auto":
+        return None
     sd = config.noise_std if config.noise_std is not None else data.noise_std
-    if sd is None:
-        raise ValueError(
-            "the noise standard deviation is unknown: the data file has no 'noise_std'; "
-            "pass --noise-std SD"
-        )
-    return float(sd)
+    return None if sd is None else float(sd)
+
+
+@torch.no_grad()
+def residual_sd(model: DeepONet, params, u: torch.Tensor, s: torch.Tensor, y: torch.Tensor) -> float:
+    """The noise sd estimated from the model's training residuals (``noise_std = "auto"``),
+    by :func:`noise_sd_from_residuals`."""
+    was_training = model.training
+    model.eval()  # no dropout masks
+    residuals = [(model.functional_forward(params, u[i : i + 100], y) - s[i : i + 100])
+                 for i in range(0, u.shape[0], 100)]
+    model.train(was_training)
+    return noise_sd_from_residuals(residuals, y)
 
 
 def _tensor(a) -> torch.Tensor:
@@ -107,46 +128,61 @@ def train(
     resume: bool = False,
     progress: bool = False,
 ) -> RunResult:
-    """Train ``config.method`` on ``data``; with ``out``, write the run directory there."""
+    """Train ``config.method`` on ``data``; with ``out``, write the run directory there.
+
+    With an unknown noise level (``noise_std="auto"``, or a file without ``noise_std``) σ
+    is re-estimated from the training residuals after every burn-in epoch (empirical Bayes
+    at the warm start) and held fixed while sampling.
+    """
     sigma = resolve_noise_std(config, data)
     out = Path(out) if out is not None else None
+    data, held_out = split_calibration(data, config)
     if config.method == "linear":
-        return _train_linear(data, config, sigma, out)
+        if sigma is None:
+            raise ValueError("the linear baseline needs a known noise level: pass --noise-std SD")
+        return _train_linear(data, config, sigma, out, held_out)
     mconf = model_config(config, data)
     with torch.random.fork_rng():  # initial weights from the run's seed, global RNG untouched
         torch.manual_seed(config.seed)
         model = DeepONet(mconf)
     u, s, y = _tensor(data.u_train), _tensor(data.s_train), _tensor(data.y)
     u_test, s_test = _tensor(data.u_test), data.s_test
-    energy = GaussianEnergy(model, y, data.n_train, sigma, config.prior_std)
-    sampler = build_sampler(config, model)
+    # unknown σ: start from a tenth of the targets' spread, refined every burn-in epoch
+    prior = fan_in_prior(model, config.prior_std) if config.prior == "fan_in" else config.prior_std
+    energy = GaussianEnergy(model, y, data.n_train,
+                            sigma if sigma is not None else 0.1 * float(s.std()), prior)
+    steps_per_epoch = -(-data.n_train // config.batch_size)
+    sampler = build_sampler(config, model, steps_per_epoch)
     gen = torch.Generator().manual_seed(config.seed + 1)
     set_dropout_generator(model, gen)
     model.train(config.method == "adam")
 
-    loop = _Loop(sampler.init(dict(model.named_parameters())), gen.get_state())
+    loop = _Loop(sampler.init(dict(model.named_parameters())), gen.get_state(),
+                 noise_std=energy.noise_std)
     ckpt = out / "checkpoint.pt" if out else None
     if resume and ckpt is not None and ckpt.exists():
         loop = _load_checkpoint(ckpt, config)
         gen.set_state(loop.generator_state)
+        energy.noise_std = loop.noise_std
     elif out is not None:
         write_json(out / "config.json", {"train": config.to_dict(), "model": mconf.to_dict(),
                                          "noise_std": sigma, "data_meta": data.meta})
-    if loop.epoch > config.burn_in_epochs:
-        sampler.end_burn_in(loop.state)
 
     bar = Progress(config.epochs, enabled=progress, start=loop.epoch)
     while loop.epoch < config.epochs:
         if loop.epoch == config.burn_in_epochs:
-            sampler.end_burn_in(loop.state)
+            sampler.end_burn_in(loop.state, energy, (u, s), gen)
         row = _run_epoch(loop, sampler, energy, (u, s), gen, config)
         params = sampler.sample(loop.state)
+        if sigma is None and loop.epoch < config.burn_in_epochs:
+            energy.noise_std = loop.noise_std = residual_sd(model, params, u, s, y)
         with torch.no_grad():
             was_training = model.training
             model.eval()
             pred = functional_call(model, params, (u_test, y)).double()
             model.train(was_training)
         row["e1"], row["e2"] = relative_errors(pred.numpy(), s_test)
+        row["noise_std"] = energy.noise_std
         loop.epoch += 1
         if loop.epoch > config.burn_in_epochs and (
             (loop.epoch - config.burn_in_epochs) % config.thin_epochs == 0
@@ -172,7 +208,7 @@ def train(
             _save_checkpoint(ckpt, loop)
             write_history(out / "history.csv", loop.history)
     bar.close()
-    return _finish(loop, sampler, config, mconf, data, out)
+    return _finish(loop, sampler, config, mconf, data, out, energy.noise_std, held_out)
 
 
 def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfig) -> dict:
@@ -182,7 +218,7 @@ def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfi
     for start in range(0, u.shape[0], config.batch_size):
         idx = order[start : start + config.batch_size]
         t0 = time.perf_counter()
-        info = sampler.step(loop.state, energy, (u[idx], s[idx]), gen)
+        info = sampler.step(loop.state, energy, (u[idx], s[idx]), gen, index=idx)
         seconds += time.perf_counter() - t0
         energies.append(info["energy"])
         if "swapped" in info:
@@ -201,23 +237,29 @@ def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfi
     }
 
 
-def _finish(loop, sampler, config, mconf, data, out) -> RunResult:
+def _finish(loop, sampler, config, mconf, data, out, noise_std: float, held_out) -> RunResult:
     if config.method == "adam":
-        post = Posterior(mconf, flatten(sampler.sample(loop.state))[None], config.mc_samples)
+        post = Posterior(mconf, flatten(sampler.sample(loop.state))[None], config.mc_samples,
+                         noise_std)
     else:
-        post = Posterior(mconf, torch.stack(loop.samples))
-    metrics = _test_metrics(post, data, config.seed)
+        post = Posterior(mconf, torch.stack(loop.samples), noise_std=noise_std)
+    metrics = _test_metrics(post, data, config.seed, held_out)
     post_burn = [r for r in loop.history if r["epoch"] > config.burn_in_epochs]
     metrics["e1_after_burn_in"] = float(np.mean([r["e1"] for r in post_burn]))
     metrics["e2_after_burn_in"] = float(np.mean([r["e2"] for r in post_burn]))
     if config.method in ("resgld", "mresgld"):
         metrics["swap_rate"] = loop.state.n_swaps / max(loop.state.n_steps, 1)
+        metrics["swap"] = swap_report(loop.state, config, post.samples.shape[1])
         # σ1, σ2 (per level) and sd(ΔÛ), as tracked online for the swap (paper Section 3.2)
         metrics["energy_estimator_sd"] = {
             "cold": (loop.state.replica_var[0].value or 0.0) ** 0.5,
             "hot": (loop.state.replica_var[1].value or 0.0) ** 0.5,
             "difference": (loop.state.swap_var.value or 0.0) ** 0.5,
         }
+    sampling = getattr(loop.state, "sampling", None)
+    if sampling is not None:  # the Kronecker metric's stiffness λ_max(M H) and the step used
+        metrics["metric_stiffness"] = sampling.stiffness
+        metrics["langevin_step"] = min(config.step_size, sampling.max_lr)
     if config.method != "adam":
         metrics["ess"] = _prediction_ess(post, data)
     timing = {
@@ -228,7 +270,27 @@ def _finish(loop, sampler, config, mconf, data, out) -> RunResult:
     return _write_run(out, RunResult(post, metrics, loop.history, timing), data)
 
 
-def _train_linear(data: OperatorData, config: TrainConfig, sigma: float, out) -> RunResult:
+def swap_report(state, config: TrainConfig, d: int) -> dict:
+    """Measured swap acceptance beside the one a d-dimensional Gaussian posterior predicts,
+    with d the number of parameters and with the effective d implied by the measured mean
+    energy gap between the replicas (``E[U2 − U1] = d_eff (τ2 − τ1)/2``)."""
+    n = max(state.n_steps, 1)
+    var = state.swap_var.value or 0.0
+    gap = state.energy_gap_sum / n
+    d_eff = max(2 * gap / (config.tau2 - config.tau1), 0.0)
+    return {
+        "measured": state.n_swaps / n,
+        "mean_acceptance": math.exp(state.log_rate_sum / n) if state.log_rate_sum > -700 * n else 0.0,
+        "predicted": predicted_swap_rate(d, config.tau1, config.tau2, var),
+        "predicted_from_gap": predicted_swap_rate(d_eff, config.tau1, config.tau2, var),
+        "parameters": d,
+        "effective_dimension": d_eff,
+        "mean_energy_gap": gap,
+        "barrier": communication_barrier(d, config.tau1, config.tau2),
+    }
+
+
+def _train_linear(data: OperatorData, config: TrainConfig, sigma: float, out, held_out) -> RunResult:
     """The closed-form Bayesian linear-regression baseline (:mod:`.linear`)."""
     if out is not None:
         write_json(out / "config.json", {"train": config.to_dict(), "noise_std": sigma,
@@ -236,7 +298,7 @@ def _train_linear(data: OperatorData, config: TrainConfig, sigma: float, out) ->
     t0 = time.perf_counter()
     post = fit_linear(data.u_train, data.s_train, data.y, sigma, config.prior_std)
     seconds = time.perf_counter() - t0
-    metrics = _test_metrics(post, data, config.seed)
+    metrics = _test_metrics(post, data, config.seed, held_out)
     metrics["e1_after_burn_in"], metrics["e2_after_burn_in"] = metrics["e1"], metrics["e2"]
     row = {"epoch": 1, "e1": metrics["e1"], "e2": metrics["e2"], "e1_mean": metrics["e1"],
            "e2_mean": metrics["e2"], "energy": float("nan"), "swap_rate": float("nan"),
@@ -245,10 +307,52 @@ def _train_linear(data: OperatorData, config: TrainConfig, sigma: float, out) ->
     return _write_run(out, RunResult(post, metrics, [row], timing), data)
 
 
-def _test_metrics(post, data: OperatorData, seed: int) -> dict:
+def split_calibration(data: OperatorData, config: TrainConfig):
+    """``(data without the held-out functions, (u, s) held out)``: a fraction
+    ``config.calibration`` of the training functions, drawn with the run's seed, that the
+    sampler never sees and the bands are calibrated on (None when the fraction is 0)."""
+    n_cal = round(config.calibration * data.n_train)
+    if config.calibration == 0:
+        return data, None
+    if n_cal < 2 or data.n_train - n_cal < 2:
+        raise ValueError(
+            f"calibration = {config.calibration} of {data.n_train} training functions leaves "
+            f"{n_cal} to calibrate on and {data.n_train - n_cal} to train on; both need >= 2")
+    perm = np.random.default_rng(config.seed).permutation(data.n_train)
+    cal, fit = np.sort(perm[:n_cal]), np.sort(perm[n_cal:])
+    clean = data.s_train_clean
+    fit_data = dataclasses.replace(data, u_train=data.u_train[fit], s_train=data.s_train[fit],
+                                   s_train_clean=None if clean is None else clean[fit])
+    return fit_data, (data.u_train[cal], data.s_train[cal])
+
+
+def _test_metrics(post, data: OperatorData, seed: int, held_out) -> dict:
+    """Calibrate ``post`` on the held-out functions (in place), then its test metrics."""
+    if held_out is not None:
+        pred = post.predict(held_out[0], data.y, seed=seed)
+        post.calibration = fit_calibration(pred["mean"].numpy(), pred["std"].numpy(),
+                                           held_out[1], post.noise_std, y=data.y).to_dict()
     pred = post.predict(data.u_test, data.y, seed=seed)
-    metrics = all_metrics(pred["mean"].numpy(), pred["std"].numpy(), data.s_test)
+    metrics = test_metrics(pred["mean"].numpy(), pred["std"].numpy(), data.s_test, post)
     metrics["n_samples"] = post.n_samples
+    metrics["noise_std"] = post.noise_std
+    return metrics
+
+
+def recalibrate(run_dir: str | Path, data: OperatorData) -> dict:
+    """Refit the bands' calibration of a finished run on its own held-out functions (the
+    split is fixed by the run's seed and ``calibration`` fraction) and rewrite its
+    ``posterior.pt`` and the test metrics in ``metrics.json``; returns the metrics."""
+    from .run import load_run
+
+    run = load_run(run_dir)
+    _, held_out = split_calibration(data, run.config)
+    if held_out is None:
+        raise ValueError(f"{run_dir} was trained without held-out functions (calibration = 0)")
+    metrics = {**run.metrics, **_test_metrics(run.posterior, data, run.config.seed, held_out)}
+    path = Path(run_dir)
+    atomic_write(path / "posterior.pt", lambda fh: torch.save(run.posterior.state_dict(), fh))
+    write_json(path / "metrics.json", metrics)
     return metrics
 
 

@@ -17,6 +17,29 @@ def test_registry_names():
     assert [name for name in NAMES if PROBLEMS[name].periodic_input] == ["advection_diffusion"]
 
 
+def test_periodic_coordinates():
+    declared = {name: PROBLEMS[name].periodic_coordinates for name in NAMES}
+    assert declared == {"antiderivative": (), "pendulum": (), "diffusion_reaction": (),
+                        "advection_diffusion": ((0, 1.0),)}
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if PROBLEMS[n].periodic_coordinates])
+def test_declared_periodicity_holds(name):
+    """Query points that differ by one period in a declared coordinate (and nowhere else)
+    hold the same solution value."""
+    problem = get_problem(name)
+    x = np.linspace(0, 1, 200)
+    u = periodic_grf(x, 3, np.random.default_rng(1))
+    y, s = problem.query_points(), problem.solve(x, u)
+    for j, period in problem.periodic_coordinates:
+        shifted = y.copy()
+        shifted[:, j] += period
+        match = np.all(np.abs(shifted[:, None, :] - y[None, :, :]) < 1e-12, axis=2)
+        rows, partners = np.nonzero(match)
+        assert rows.size > 0
+        np.testing.assert_allclose(s[:, rows], s[:, partners], rtol=0, atol=1e-10)
+
+
 def test_unknown_name_lists_valid_names():
     with pytest.raises(ValueError) as info:
         get_problem("heat")

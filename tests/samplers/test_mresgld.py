@@ -28,20 +28,23 @@ class Recorder:
         return self.energy(params, batch)
 
 
-def test_hot_replica_updates_one_group_and_never_differentiates_the_other():
+@pytest.mark.parametrize("metric", ["kfac", "rmsprop"])
+def test_hot_replica_updates_one_group_and_never_differentiates_the_other(metric):
     model, energy, batch, g = setup()
     groups = parameter_groups(model)
-    sampler = MReSGLD(lr=1e-3, tau1=1.0, tau2=1e6, groups=groups, c=0.5)
+    sampler = MReSGLD(lr=1e-3, tau1=1.0, tau2=1e6, groups=groups, c=0.5, metric=metric)
     params = dict(model.named_parameters())
-    far = {n: p.detach() + 3.0 for n, p in params.items()}  # a hot particle far uphill: no swaps
-    state = sampler.init(params, far)
+    state = sampler.init(params)
     rec = Recorder(energy)
-    sampler.end_burn_in(state)
+    index = torch.arange(batch[0].shape[0])  # the batch is the whole data set
+    sampler.end_burn_in(state, energy, batch, g)
+    with torch.no_grad():  # a hot particle far uphill: no swaps
+        state.chains[1].flat.add_(3.0)
     seen = set()
     for _ in range(40):
         before = {n: p.clone() for n, p in state.chains[1].params.items()}
         rec.calls.clear()
-        sampler.step(state, rec, batch, g)
+        sampler.step(state, rec, batch, g, index=index)
         assert state.n_swaps == 0
         cold_call, hot_call = rec.calls
         assert cold_call == set(groups["branch"]) | set(groups["trunk"])
@@ -55,23 +58,84 @@ def test_hot_replica_updates_one_group_and_never_differentiates_the_other():
     assert seen == {"branch", "trunk"}
 
 
-def test_trunk_backward_is_not_run_when_only_the_branch_trains():
-    """Through autograd (an energy without a hand-written gradient)."""
-    model, gaussian, batch, g = setup()
-    def energy(params, batch):
-        return gaussian(params, batch)
+class GradRecorder:
+    """A plain-function energy (no ``value_and_grad``, so ``energy_and_grads`` goes through
+    autograd) that records, per call, which parameters required grad, and registers a
+    ``Tensor.register_hook`` on each of them, so every gradient autograd actually computes for
+    a parameter tensor is recorded by name. ``close()`` removes the hooks."""
 
-    calls = []
-    for mod in model.trunk:
-        mod.register_full_backward_hook(lambda *a: calls.append(1))
-    sampler = MReSGLD(lr=1e-3, tau2=1e6, groups=parameter_groups(model), c=1.0)
-    state = sampler.init(dict(model.named_parameters()))
-    sampler.end_burn_in(state)
-    calls.clear()
+    def __init__(self, energy):
+        self.energy, self.requires_grad, self.computed, self.handles = energy, [], [], []
+
+    def __call__(self, params, batch):
+        tracked = {n for n, p in params.items() if p.requires_grad}
+        self.requires_grad.append(tracked)
+        for n in tracked:
+            self.handles.append(params[n].register_hook(lambda g, n=n: self.computed.append(n)))
+        return self.energy(params, batch)
+
+    def close(self):
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+
+
+def _hot_step_gradients(sampler_cls=MReSGLD, full_step=False, steps=5):
+    """Per hot-replica step after burn-in (c = 1): the names that required grad and the names
+    whose gradient autograd computed. ``full_step``: pass ``active=None`` (both groups)."""
     from bdeeponet.samplers.langevin import energy_and_grads
 
-    energy_and_grads(energy, state.chains[1].params, batch, sampler.hot_active(state, g))
-    assert calls == []
+    model, gaussian, batch, g = setup()
+    groups = parameter_groups(model)
+    sampler = sampler_cls(lr=1e-3, tau2=1e6, groups=groups, c=1.0, metric="rmsprop")
+    state = sampler.init(dict(model.named_parameters()))
+    sampler.end_burn_in(state)
+    rec = GradRecorder(gaussian)
+    assert not hasattr(rec, "value_and_grad")  # energy_and_grads must take the autograd path
+    required, computed = [], []
+    for _ in range(steps):
+        active = None if full_step else sampler.hot_active(state, g)
+        rec.computed.clear()
+        _, grads = energy_and_grads(rec, state.chains[1].params, batch, active)
+        rec.close()
+        assert set(grads) == set(state.chains[1].params if active is None else active)
+        required.append(rec.requires_grad[-1])
+        computed.append(set(rec.computed))
+    assert len(rec.requires_grad) == steps  # one energy call per step
+    return groups, required, computed
+
+
+def test_trunk_backward_is_not_run_when_only_the_branch_trains():
+    """Through autograd (an energy without a hand-written gradient): on the hot replica's
+    branch-only steps no trunk tensor requires grad and autograd computes no trunk gradient."""
+    groups, required, computed = _hot_step_gradients()
+    trunk, branch = set(groups["trunk"]), set(groups["branch"])
+    for req, names in zip(required, computed, strict=True):
+        assert req == branch
+        assert names == branch  # the hooks do see the gradients that were computed ...
+        assert not names & trunk  # ... and none of them was a trunk gradient
+
+
+class _BrokenMReSGLD(MReSGLD):
+    """A deliberately broken m-reSGLD: the hot replica differentiates both groups."""
+
+    def hot_active(self, state, generator):
+        super().hot_active(state, generator)
+        return [n for names in self.groups.values() for n in names]
+
+
+@pytest.mark.parametrize("case", ["full_step", "broken_sampler"])
+def test_trunk_gradient_recorder_trips_when_the_trunk_is_differentiated(case):
+    """Control: the recorder above does record trunk gradients on a full (both-group) step and
+    with a sampler whose ``hot_active`` returns every name, so that test can fail."""
+    if case == "full_step":
+        groups, required, computed = _hot_step_gradients(full_step=True)
+    else:
+        groups, required, computed = _hot_step_gradients(_BrokenMReSGLD)
+    trunk = set(groups["trunk"])
+    for req, names in zip(required, computed, strict=True):
+        assert trunk <= req
+        assert trunk <= names
 
 
 def test_hand_written_backward_skips_the_frozen_trunk_and_reuses_its_output(monkeypatch):
@@ -120,7 +184,8 @@ def test_cached_trunk_gives_the_same_chain_as_recomputing_it():
     def run(clear_cache, round_trip):
         model, energy, batch, _ = setup()
         target = NoCache(energy) if clear_cache else energy
-        sampler = MReSGLD(lr=1e-2, tau2=1e6, groups=parameter_groups(model), c=0.5)
+        sampler = MReSGLD(lr=1e-2, tau2=1e6, groups=parameter_groups(model), c=0.5,
+                          metric="rmsprop")
         state = sampler.init(dict(model.named_parameters()))
         sampler.end_burn_in(state)
         g = torch.Generator().manual_seed(3)
@@ -177,7 +242,7 @@ def test_frozen_trunk_output_is_reused_only_while_the_trunk_is_unchanged():
 
     groups = parameter_groups(model)
     for c in (0.0, 0.5, 1.0):
-        sampler = MReSGLD(lr=1e-2, tau2=1e6, groups=groups, c=c)
+        sampler = MReSGLD(lr=1e-2, tau2=1e6, groups=groups, c=c, metric="rmsprop")
         state = sampler.init(dict(model.named_parameters()))
         sampler.end_burn_in(state)
         g = torch.Generator().manual_seed(1)

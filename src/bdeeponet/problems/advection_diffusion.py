@@ -41,6 +41,8 @@ class AdvectionDiffusion:
 
     name: ClassVar[str] = "advection_diffusion"
     periodic_input: ClassVar[bool] = True
+    # s(x + 1, t) = s(x, t): the query points' column 0 (x) is periodic with period 1.
+    periodic_coordinates: ClassVar[tuple[tuple[int, float], ...]] = ((0, 1.0),)
 
     def __post_init__(self):
         require_float("D", self.D, positive=True)

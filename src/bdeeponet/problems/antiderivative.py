@@ -24,6 +24,7 @@ class Antiderivative:
 
     name: ClassVar[str] = "antiderivative"
     periodic_input: ClassVar[bool] = False
+    periodic_coordinates: ClassVar[tuple[tuple[int, float], ...]] = ()
 
     def __post_init__(self):
         require_int("n_points", self.n_points, 2)

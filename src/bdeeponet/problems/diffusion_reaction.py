@@ -72,6 +72,7 @@ class DiffusionReaction:
 
     name: ClassVar[str] = "diffusion_reaction"
     periodic_input: ClassVar[bool] = False
+    periodic_coordinates: ClassVar[tuple[tuple[int, float], ...]] = ()
 
     def __post_init__(self):
         require_float("D", self.D, positive=True)

@@ -28,6 +28,7 @@ class Pendulum:
 
     name: ClassVar[str] = "pendulum"
     periodic_input: ClassVar[bool] = False
+    periodic_coordinates: ClassVar[tuple[tuple[int, float], ...]] = ()
 
     def __post_init__(self):
         require_float("k", self.k)

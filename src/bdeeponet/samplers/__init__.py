@@ -1,28 +1,33 @@
 """Samplers: one file per method, all with ``init(params)``, ``step(state, energy, batch,
-generator)``, ``end_burn_in(state)`` and ``sample(state)``.
+generator, index=None)``, ``end_burn_in(state, energy, data, generator)`` and ``sample(state)``.
 
-They work on any torch model through ``torch.func.functional_call``; the energy is any
-callable ``energy(params, batch) -> EnergyValue``. A sampler on a user's own model::
+They work on any torch model through ``torch.func.functional_call``. At their defaults the
+SG-MCMC samplers optimise during burn-in (the warm start), and ``end_burn_in`` estimates the
+Kronecker metric they sample with (:mod:`.kfac`), which needs a
+:class:`~bdeeponet.energy.GaussianEnergy` and all the training data. A sampler on a user's
+own model, called as ``model(u, y)``::
 
     >>> import torch
-    >>> from torch.func import functional_call
-    >>> from bdeeponet import SGLD, EnergyValue
-    >>> model = torch.nn.Linear(3, 1)
+    >>> from bdeeponet import SGLD, GaussianEnergy
+    >>> class Line(torch.nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.fc = torch.nn.Linear(3, 1)
+    ...     def forward(self, u, y):              # (n, 3), (P = 1, 1) -> (n, 1)
+    ...         return self.fc(u)
     >>> g = torch.Generator().manual_seed(0)
-    >>> x = torch.randn(200, 3, generator=g)
-    >>> t = x @ torch.tensor([[1.0], [-2.0], [0.5]]) + 0.1 * torch.randn(200, 1, generator=g)
-    >>> def energy(params, batch):            # N(0, 1) prior, noise sd 0.1
-    ...     xb, tb = batch
-    ...     terms = ((functional_call(model, params, (xb,)) - tb) ** 2).sum(1) / (2 * 0.1**2)
-    ...     prior = sum((p**2).sum() for p in params.values()) / 2
-    ...     scale = len(x) / len(xb)            # N/n
-    ...     return EnergyValue(prior + scale * terms.sum(), terms.detach(), scale, len(x))
-    >>> sampler = SGLD(lr=1e-2)
-    >>> state = sampler.init(dict(model.named_parameters()))
-    >>> for k in range(2000):
-    ...     idx = torch.randint(0, 200, (50,), generator=g)
-    ...     _ = sampler.step(state, energy, (x[idx], t[idx]), g)
-    >>> torch.round(sampler.sample(state)["weight"], decimals=1)
+    >>> u = torch.randn(200, 3, generator=g)
+    >>> s = u @ torch.tensor([[1.0], [-2.0], [0.5]]) + 0.1 * torch.randn(200, 1, generator=g)
+    >>> model = Line()
+    >>> energy = GaussianEnergy(model, torch.zeros(1, 1), n_total=200, noise_std=0.1)
+    >>> sampler = SGLD()
+    >>> state = sampler.init({k: v.detach() for k, v in model.named_parameters()})
+    >>> for k in range(3000):
+    ...     if k == 1000:                      # burn-in ends: estimate the metric, then sample
+    ...         sampler.end_burn_in(state, energy, (u, s), g)
+    ...     idx = torch.randperm(200, generator=g)[:50]
+    ...     _ = sampler.step(state, energy, (u[idx], s[idx]), g, index=idx)
+    >>> torch.round(sampler.sample(state)["fc.weight"], decimals=1)
     tensor([[ 1.0000, -2.0000,  0.5000]])
 """
 

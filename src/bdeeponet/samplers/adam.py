@@ -36,14 +36,15 @@ class AdamDropout:
         chain = Chain(params)
         return AdamState(chain, torch.optim.Adam([chain.flat], lr=self.lr))
 
-    def step(self, state: AdamState, energy, batch, generator: torch.Generator) -> dict:
+    def step(self, state: AdamState, energy, batch, generator: torch.Generator,
+             index: torch.Tensor | None = None) -> dict:
         value, grads = energy_and_grads(energy, state.chain.params, batch)
         state.chain.flat.grad = state.chain.flat_grad(grads)[1]
         state.optimizer.step()
         state.n_steps += 1
         return {"energy": float(value.total.detach())}
 
-    def end_burn_in(self, state: AdamState) -> None:
+    def end_burn_in(self, state: AdamState, energy=None, data=None, generator=None) -> None:
         pass
 
     def sample(self, state: AdamState) -> Params:

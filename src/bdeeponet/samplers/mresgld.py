@@ -46,6 +46,8 @@ class MReSGLD(ReSGLD):
         grouped = [n for names in self.groups.values() for n in names]
         return grouped + [n for n in params if n not in grouped]
 
-    def end_burn_in(self, state: ReplicaState) -> None:
-        super().end_burn_in(state)
+    def end_burn_in(self, state: ReplicaState, energy=None, data=None, generator=None) -> None:
+        super().end_burn_in(state, energy, data, generator)
+        if state.sampling is not None:
+            state.sampling.metric.check_groups(self.groups)
         state.accelerated = True

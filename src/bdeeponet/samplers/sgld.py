@@ -1,4 +1,13 @@
-"""Single-chain (preconditioned) SGLD: the ablation of replica exchange (Welling & Teh 2011).
+"""Single-chain SGLD: the ablation of replica exchange (Welling & Teh 2011).
+
+At the defaults (``metric="kfac"``) a run has two phases. Burn-in optimises (Adam towards
+the MAP, :class:`~.langevin.WarmStart`); :meth:`SGLD.end_burn_in` then estimates a constant
+Kronecker-factored metric (:mod:`.kfac`) and anchors the control-variate gradient
+(:mod:`.control_variate`) at that point, and sampling runs
+``θ ← θ − η M ĝ + sqrt(2 η τ) M^½ ξ``. This is what makes the band the posterior's at the
+paper's scale (tests/samplers/test_closed_form.py). ``metric="rmsprop"`` is the earlier
+pSGLD (adaptive diagonal metric, noisy from the first step, no control variate) and
+``metric="identity"`` the paper's plain step (3.4).
 """
 
 from __future__ import annotations
@@ -8,48 +17,149 @@ from dataclasses import dataclass
 import torch
 
 from ..energy import Params
+from .control_variate import ControlVariate
+from .kfac import KroneckerMetric, estimate_kfac, tame
 from .langevin import (
     Chain,
     Preconditioner,
+    WarmStart,
     check_positive,
     energy_and_grads,
     freeze,
     langevin_update,
 )
 
+METRICS = ("kfac", "rmsprop", "identity")
+DEFAULT_LR = {"kfac": 0.05, "rmsprop": 3e-4, "identity": 1e-6}
+
+
+@dataclass(frozen=True)
+class LangevinSettings:
+    """What every SG-MCMC sampler shares: the metric, the step and the warm start.
+
+    ``lr``: the Langevin step η (None: 0.05 for the Kronecker metric, in units in which the
+    preconditioned posterior has unit curvature; 3e-4 for RMSprop). ``warm_lr`` and
+    ``warm_steps``: Adam's step during burn-in and the number of burn-in steps over which it
+    decays (None: constant). ``control_variate``: anchor the gradient at the warm start.
+    ``fisher_samples``: Monte Carlo draws for the metric.
+    """
+
+    lr: float | None = None
+    metric: str = "kfac"
+    freeze_metric: bool = False  # RMSprop only: constant after burn-in
+    warm_lr: float = 3e-3
+    warm_steps: int | None = None
+    control_variate: bool = False
+    fisher_samples: int = 16
+    max_stiffness: float = 0.2  # kfac: the step is capped at max_stiffness / λ_max(M H)
+
+    def check(self) -> None:
+        if self.metric not in METRICS:
+            raise ValueError(f"unknown metric '{self.metric}'; choose one of: {', '.join(METRICS)}")
+        check_positive(lr=self.step_size, warm_lr=self.warm_lr, fisher_samples=self.fisher_samples)
+
+    @property
+    def step_size(self) -> float:
+        return DEFAULT_LR[self.metric] if self.lr is None else self.lr
+
+    @property
+    def warm_start(self) -> bool:
+        return self.metric == "kfac"
+
+    def preconditioner(self) -> Preconditioner | None:
+        return Preconditioner() if self.metric == "rmsprop" else None
+
+
+@dataclass
+class Sampling:
+    """The sampling phase's constant pieces, set by ``end_burn_in`` (kfac metric only)."""
+
+    metric: KroneckerMetric | None = None
+    cv: ControlVariate | None = None
+    max_lr: float = float("inf")  # the step cap from the metric's measured stiffness
+    stiffness: float = float("nan")  # λ_max(M H) at the warm start
+
+
+def start_sampling(settings: LangevinSettings, chain: Chain, energy, data, generator) -> Sampling:
+    """Estimate the metric and anchor the control variate at ``chain`` (the warm start)."""
+    if energy is None or data is None or generator is None:
+        raise ValueError("end_burn_in needs the energy, the training data (u, s) and the "
+                         "generator to estimate the metric (metric='kfac')")
+    u, s = data
+    batches = [(u[i : i + 100], s[i : i + 100]) for i in range(0, u.shape[0], 100)]
+    metric = estimate_kfac(energy, chain.params, batches, generator, settings.fisher_samples)
+    lam = tame(energy, metric, chain.params, batches[:3], generator)
+    cv = ControlVariate.at(energy, chain, data) if settings.control_variate else None
+    return Sampling(metric, cv, settings.max_stiffness / lam, lam)
+
+
+def gradients(energy, chain: Chain, batch, active, sampling: Sampling | None, index):
+    """``(Û, ĝ)``: the minibatch energy and its (control-variate) gradient for ``active``."""
+    value, grads = energy_and_grads(energy, chain.params, batch, active)
+    if sampling is not None and sampling.cv is not None:
+        if index is None:
+            raise ValueError("the control variate needs the batch's row numbers (index=...)")
+        grads = sampling.cv.correct(chain, grads, index)
+    return value, grads
+
+
+def move(chain: Chain, grads, lr: float, tau: float, generator, precond, sampling) -> None:
+    """One Langevin step of ``chain`` with the Kronecker metric or the diagonal one."""
+    if sampling is not None:
+        sampling.metric.step(chain.params, grads, min(lr, sampling.max_lr), tau, generator)
+        chain.step += 1
+    else:
+        langevin_update(chain, grads, lr, tau, generator, precond)
+
 
 @dataclass
 class SGLDState:
     chain: Chain
     precond: Preconditioner | None
+    warm: WarmStart | None = None
+    sampling: Sampling | None = None
 
 
 @dataclass(frozen=True)
-class SGLD:
-    """``θ ← θ − η G ∇Û + sqrt(2 η τ G) ξ`` on one chain (see :mod:`.langevin`)."""
+class SGLD(LangevinSettings):
+    """One chain at temperature ``tau`` (see the module docstring for the phases)."""
 
-    lr: float = 1e-3
     tau: float = 1.0
-    precondition: bool = True
-    freeze_metric: bool = False  # True: constant preconditioner after burn-in
 
     name = "sgld"
 
     def __post_init__(self):
-        check_positive(lr=self.lr, tau=self.tau)
+        self.check()
+        check_positive(tau=self.tau)
 
     def init(self, params: Params) -> SGLDState:
-        return SGLDState(Chain(params), Preconditioner() if self.precondition else None)
+        chain = Chain(params)
+        warm = WarmStart(chain, self.warm_lr, self.warm_steps) if self.warm_start else None
+        return SGLDState(chain, self.preconditioner(), warm)
 
-    def step(self, state: SGLDState, energy, batch, generator: torch.Generator) -> dict:
-        value, grads = energy_and_grads(energy, state.chain.params, batch)
-        langevin_update(state.chain, grads, self.lr, self.tau, generator, state.precond)
+    def step(self, state: SGLDState, energy, batch, generator: torch.Generator,
+             index: torch.Tensor | None = None) -> dict:
+        """One update on ``batch = (u, s)``; ``index``: the batch's row numbers in the
+        training data (needed by the control variate after burn-in)."""
+        if state.sampling is None and state.warm is not None:
+            value, grads = energy_and_grads(energy, state.chain.params, batch)
+            state.warm.step(state.chain, grads)
+        else:
+            value, grads = gradients(energy, state.chain, batch, None, state.sampling, index)
+            move(state.chain, grads, self.step_size, self.tau, generator, state.precond,
+                 state.sampling)
         return {"energy": float(value.total.detach())}
 
-    def end_burn_in(self, state: SGLDState) -> None:
-        if state.precond is not None and self.freeze_metric:
+    def end_burn_in(self, state: SGLDState, energy=None, data=None, generator=None) -> None:
+        """Start sampling. With the Kronecker metric this needs the ``energy``, all training
+        ``data = (u, s)`` and the ``generator`` (for the metric's Monte Carlo draws)."""
+        if self.warm_start:
+            if state.sampling is not None:  # already sampling (a resumed run)
+                return
+            state.sampling = start_sampling(self, state.chain, energy, data, generator)
+            state.warm = None
+        elif state.precond is not None and self.freeze_metric:
             freeze([state.precond])
 
     def sample(self, state: SGLDState) -> Params:
         return state.chain.params
-

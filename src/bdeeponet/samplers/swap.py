@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 import torch
+from scipy.special import log_ndtr
 
 
 def swap_log_rate(delta_u: float, var_delta: float, tau1: float, tau2: float) -> float:
@@ -64,3 +65,30 @@ class RunningVariance:
     def update(self, v: float) -> float:
         self.value = v if self.value is None else self.value + self.smoothing * (v - self.value)
         return self.value
+
+
+def predicted_swap_rate(d: float, tau1: float, tau2: float, var_delta: float = 0.0) -> float:
+    """The acceptance ``E min(1, r̂)`` to expect between replicas at τ1 < τ2 of a posterior
+    that is Gaussian in ``d`` dimensions.
+
+    There ``U_τ − U_min ~ τ χ²_d / 2``: ``E[U1 − U2] = −d (τ2 − τ1)/2`` and
+    ``Var[U1 − U2] = d (τ1² + τ2²)/2``, so ``log r̂ = τ_δ (U1 − U2) − τ_δ² v/2`` is normal
+    with mean μ and variance s², and ``E min(1, e^X) = Φ(μ/s) + e^{μ + s²/2} Φ(−μ/s − s)``.
+    For the DeepONet (d ≈ 2·10⁴, τ1 = 1, τ2 = 10) μ ≈ −8·10⁴: no unbiased rule can swap
+    such a pair, which is what the runs measure. The global communication barrier of the
+    pair, ``Λ ≈ sqrt(d/(2π)) ln(τ2/τ1)`` (Syed et al. 2022), is :func:`communication_barrier`.
+    """
+    tau_delta = 1.0 / tau1 - 1.0 / tau2
+    mu = -tau_delta * d * (tau2 - tau1) / 2 - 0.5 * tau_delta**2 * var_delta
+    s = tau_delta * math.sqrt(d * (tau1**2 + tau2**2) / 2)
+    if s == 0:
+        return 1.0 if mu >= 0 else math.exp(mu)
+    # both terms in logs: for d ~ 1e4, s²/2 and log Φ(−μ/s − s) are each ~ ±1e5
+    log_terms = (float(log_ndtr(mu / s)), mu + s * s / 2 + float(log_ndtr(-mu / s - s)))
+    return min(1.0, sum(math.exp(t) for t in log_terms))
+
+
+def communication_barrier(d: float, tau1: float, tau2: float) -> float:
+    """``Λ ≈ sqrt(d / (2π)) ln(τ2 / τ1)`` for a d-dimensional Gaussian; about 2Λ replicas
+    are needed for a ladder between τ1 and τ2 to communicate (Syed et al. 2022)."""
+    return math.sqrt(d / (2 * math.pi)) * math.log(tau2 / tau1)

@@ -1,0 +1,68 @@
+"""What the residuals' structure in y says about the noise: independent from point to
+point, while a model's misfit (and its error) is smooth along the query points.
+
+Used to estimate an unknown σ (:func:`noise_sd_from_residuals`) and, in calibration, the
+error's second moment without the noise's (:func:`smooth_second_moment`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def noise_sd_from_residuals(residuals, y: torch.Tensor) -> float:
+    """σ from residuals (a list of (n, P) blocks) at the query points y (P, d).
+
+    A residual is noise plus the model's misfit, and the misfit is smooth in y while the
+    noise is independent from point to point. Second differences of the residuals along
+    triples of query points that are consecutive, collinear and equally spaced,
+    ``(r₋ − 2 r₀ + r₊) / sqrt(6)``, keep the noise's variance and remove most of the misfit
+    (Gasser, Sroka & Jennen-Steinmetz 1986, applied to residuals rather than to the data).
+    Without such triples, the root mean squared residual (which counts misfit as noise)."""
+    mid = equispaced_triples(y)
+    total, count = 0.0, 0
+    for r in residuals:
+        r = torch.as_tensor(r).double()
+        if mid is not None:
+            r = (r[:, mid - 1] - 2 * r[:, mid] + r[:, mid + 1]) / 6**0.5
+        total += float(r.square().sum())
+        count += r.numel()
+    return (total / count) ** 0.5
+
+
+def equispaced_triples(y) -> torch.Tensor | None:
+    """Middle indices p of the consecutive triples (p−1, p, p+1) with y[p+1] − y[p] equal to
+    y[p] − y[p−1] (a grid line), or None when there are none."""
+    y = torch.as_tensor(y)
+    if y.shape[0] < 3:
+        return None
+    step = (y[1:] - y[:-1]).double()
+    same = torch.isclose(step[1:], step[:-1], rtol=1e-6, atol=1e-9).all(dim=1)
+    same &= step[1:].abs().sum(dim=1) > 0
+    mids = torch.nonzero(same).flatten() + 1
+    return mids if mids.numel() else None
+
+
+def neighbour_pairs(y) -> np.ndarray | None:
+    """Indices p of the consecutive pairs (p, p+1) one grid step apart (the most common
+    step between consecutive query points), or None when no step repeats."""
+    y = np.asarray(y, dtype=np.float64)
+    if y.shape[0] < 3:
+        return None
+    steps = np.round(y[1:] - y[:-1], 9)
+    values, inverse, counts = np.unique(steps, axis=0, return_inverse=True, return_counts=True)
+    mode = counts.argmax()
+    if counts[mode] < 2 or not np.any(values[mode]):
+        return None
+    return np.nonzero(inverse.reshape(-1) == mode)[0]
+
+
+def smooth_second_moment(r: np.ndarray, y) -> float | None:
+    """``E[e_p e_{p+1}]`` over neighbouring query points from residuals ``r = e + ε`` (n, P):
+    the independent noise ε drops out of the product's mean, a smooth error e keeps
+    (nearly) its second moment. None without neighbouring pairs."""
+    pairs = neighbour_pairs(y)
+    if pairs is None:
+        return None
+    return float((r[:, pairs] * r[:, pairs + 1]).mean())

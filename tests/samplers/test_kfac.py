@@ -1,0 +1,103 @@
+"""The Kronecker metric (samplers/kfac.py): exact for a linear layer, tamed for a deep net."""
+
+import pytest
+import torch
+from torch import nn
+
+from bdeeponet import DeepONet, GaussianEnergy, ModelConfig, parameter_groups
+from bdeeponet.energy import fan_in_prior
+from bdeeponet.samplers.kfac import estimate_kfac, stiffness, tame
+from bdeeponet.samplers.langevin import energy_and_grads
+
+torch.set_num_threads(1)
+
+
+class Linear(nn.Module):
+    def __init__(self, m, p):
+        super().__init__()
+        self.map = nn.Linear(m, p)
+
+    def forward(self, u, y):
+        return self.map(u)
+
+
+def linear_problem(seed=0, n=400, m=12, p=5, sigma=0.05):
+    g = torch.Generator().manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    u = randn(n, 3) @ randn(3, m) + 1e-3 * randn(n, m)  # correlated inputs: rank 3 + noise
+    s = u @ randn(m, p) + sigma * randn(n, p)
+    torch.manual_seed(seed)
+    model = Linear(m, p).double()
+    energy = GaussianEnergy(model, torch.zeros(p, 1, dtype=torch.float64), n, sigma, 1.0)
+    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    batches = [(u[i : i + 100], s[i : i + 100]) for i in range(0, n, 100)]
+    return energy, params, batches, (u, s, sigma)
+
+
+def exact_map(u, s, sigma):
+    x = torch.cat([u, torch.ones(len(u), 1, dtype=u.dtype)], 1)
+    prec = x.T @ x / sigma**2 + torch.eye(x.shape[1], dtype=u.dtype)
+    return torch.linalg.solve(prec, x.T @ s / sigma**2).T  # (p, m+1): [W, b]
+
+
+def test_a_unit_drift_step_is_the_newton_step_for_a_linear_model():
+    """For a linear layer M is the inverse posterior precision, so θ − M ∇U(θ) is the MAP
+    from any θ (up to the Monte Carlo error of the output factor: 64 draws)."""
+    energy, params, batches, (u, s, sigma) = linear_problem()
+    metric = estimate_kfac(energy, params, batches, torch.Generator().manual_seed(1), samples=64)
+    _, grads = energy_and_grads(energy, params, (u, s))
+    moved = {k: v.clone() for k, v in params.items()}
+    metric.step(moved, grads, lr=1.0, tau=0.0, generator=torch.Generator())
+    got = torch.cat([moved["map.weight"], moved["map.bias"][:, None]], 1)
+    want = exact_map(u, s, sigma)
+    start = torch.cat([params["map.weight"], params["map.bias"][:, None]], 1)
+    assert (got - want).norm() < 0.05 * (start - want).norm()
+
+
+def test_stiffness_of_a_linear_model_is_one_and_needs_no_damping():
+    energy, params, batches, _ = linear_problem()
+    g = torch.Generator().manual_seed(2)
+    metric = estimate_kfac(energy, params, batches, g, samples=64)
+    lam = stiffness(energy, metric, params, batches, g)
+    assert 0.8 < lam < 1.3, lam
+    assert tame(energy, metric, params, batches, g) == pytest.approx(lam, rel=0.05)
+    assert metric.damping == 0.0
+
+
+def test_tame_damps_a_deep_net_until_its_steps_are_safe():
+    """A DeepONet far from its mode: the Hessian's residual curvature makes |λ|max(M H) large;
+    the damped metric brings it under the target (the control is the undamped value)."""
+    torch.manual_seed(0)
+    model = DeepONet(ModelConfig(n_sensors=10, dim_y=1, width=16, latent=8))
+    g = torch.Generator().manual_seed(0)
+    u, y = torch.randn(200, 10, generator=g), torch.linspace(0, 1, 20)[:, None]
+    s = torch.sin(3 * y.T) * u[:, :1] + 0.01 * torch.randn(200, 20, generator=g)
+    energy = GaussianEnergy(model, y, 200, 0.01, fan_in_prior(model))
+    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    batches = [(u[i : i + 100], s[i : i + 100]) for i in (0, 100)]
+    metric = estimate_kfac(energy, params, batches, g, samples=4)
+    before = stiffness(energy, metric, params, batches, g)
+    after = tame(energy, metric, params, batches, g, target=4.0)
+    assert before > 8.0, before
+    assert after <= 4.0 * 1.05 and metric.damping > 0
+
+
+def test_a_group_must_not_split_a_layer():
+    energy, params, batches, _ = linear_problem()
+    metric = estimate_kfac(energy, params, batches, torch.Generator().manual_seed(0), samples=2)
+    with pytest.raises(ValueError, match="weight and bias must share a group"):
+        metric.check_groups({"w": ["map.weight"], "b": ["map.bias"]})
+    metric.check_groups({"all": ["map.weight", "map.bias"], "none": []})
+
+
+def test_deeponet_groups_keep_layers_whole():
+    model = DeepONet(ModelConfig(n_sensors=4, dim_y=1, width=8, latent=4))
+    groups = parameter_groups(model)
+    for net in ("branch", "trunk"):
+        names = set(groups[net])
+        for n in names:
+            if n.endswith(".weight"):
+                assert n.replace(".weight", ".bias") in names
