@@ -430,6 +430,21 @@ def test_predict_levels(capsys, tmp_path, runs, u_file):
         assert not bad.exists()
 
 
+def test_calibrate_refits_a_finished_run(capsys, tmp_path, runs, data_file):
+    run = tmp_path / "run"
+    shutil.copytree(runs("resgld"), run)
+    before = json.loads((run / "metrics.json").read_text())
+    rc, stdout, err = cli(capsys, "calibrate", run, data_file)
+    assert rc == 0, err
+    after = json.loads((run / "metrics.json").read_text())
+    assert json.loads(stdout)["coverage"] == after["coverage"]
+    assert after["e2"] == pytest.approx(before["e2"]) and after["swap"] == before["swap"]
+    # a run without held-out functions cannot be calibrated
+    plain = tmp_path / "plain"
+    assert cli(capsys, "train", data_file, "--out", plain, "--calibration", "0", *TINY)[0] == 0
+    assert_error(cli(capsys, "calibrate", plain, data_file), "calibration = 0")
+
+
 def test_predict_at_new_query_points(capsys, tmp_path, runs, method, u_file):
     u = new_inputs(2)
     y = np.linspace(0.0, 1.0, 7)[:, None]
