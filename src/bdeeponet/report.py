@@ -13,19 +13,22 @@ from pathlib import Path
 
 import numpy as np
 
+from .calibration import Calibration, bands
 from .io import write_text
-from .metrics import coverage
 from .plots import plot_band, plot_history
 
 
 def write_run_figures(out: Path, result, data, config, index: int = 0) -> list[Path]:
     """``history.png`` (e1/e2 per epoch) and ``band.png`` (test function ``index``)."""
-    pred = result.posterior.predict(data.u_test[index : index + 1], data.y, seed=config.seed)
-    mean, lower, upper = (pred[k].numpy()[0] for k in ("mean", "lower", "upper"))
-    std = pred["std"].numpy()[0]
+    post = result.posterior
+    pred = post.predict(data.u_test[index : index + 1], data.y, seed=config.seed)
+    band = bands(pred["mean"].numpy(), pred["std"].numpy(), post.noise_std,
+                 Calibration.from_dict(post.calibration))
+    mean, lower, upper = (band[k][0] for k in ("mean", "lower", "upper"))
     truth = data.s_test[index]
-    e3 = coverage(mean[None], std[None], truth[None])
-    title = f"{config.method}: test function {index}, e3 = {e3:.0f}%"
+    inside = 100 * float(np.mean((truth >= lower) & (truth <= upper)))
+    what = "calibrated 95% band" if post.calibration else "95% band"
+    title = f"{config.method}: test function {index}, {what} covers {inside:.0f}%"
     return [
         plot_history(result.history, out / "history.png", title=config.method,
                      burn_in=config.burn_in_epochs),

@@ -84,42 +84,26 @@ class KroneckerMetric:
         ``θ ← θ − η M ∇ + sqrt(2 η τ) M^½ ξ``."""
         noise_scale = (2 * lr * tau) ** 0.5
         for blk in self.blocks:
-            if blk.weight not in grads:
-                continue
-            g = grads[blk.weight]
-            if blk.bias is not None:
-                g = torch.cat([g, grads[blk.bias][:, None]], dim=1)
-            rotated = blk.qg.t() @ g.double() @ blk.qa
-            xi = torch.randn(rotated.shape, generator=generator).double()  # (5x faster)
-            move = rotated.mul_(blk.inv).mul_(-lr).addcmul_(xi, blk.inv_sqrt, value=noise_scale)
-            delta = (blk.qg @ move @ blk.qa.t()).to(g.dtype)
-            if blk.bias is not None:
-                params[blk.weight].add_(delta[:, :-1])
-                params[blk.bias].add_(delta[:, -1])
-            else:
-                params[blk.weight].add_(delta)
+            if blk.weight in grads:
+                rotated = blk.qg.t() @ _joined(blk, grads) @ blk.qa
+                xi = torch.randn(rotated.shape, generator=generator).double()  # (5x faster)
+                move = rotated.mul_(blk.inv).mul_(-lr).addcmul_(xi, blk.inv_sqrt, value=noise_scale)
+                for name, d in _split(blk, blk.qg @ move @ blk.qa.t()):
+                    params[name].add_(d.to(params[name].dtype))
         for name, (inv, inv_sqrt) in self.diag.items():
-            if name not in grads:
-                continue
-            xi = torch.randn(inv.shape, generator=generator, dtype=inv.dtype)
-            params[name].addcmul_(inv.to(grads[name].dtype), grads[name], value=-lr).addcmul_(
-                inv_sqrt.to(xi.dtype), xi, value=noise_scale)
+            if name in grads:
+                xi = torch.randn(inv.shape, generator=generator, dtype=inv.dtype)
+                params[name].addcmul_(inv.to(grads[name].dtype), grads[name], value=-lr).addcmul_(
+                    inv_sqrt.to(xi.dtype), xi, value=noise_scale)
 
     @torch.no_grad()
     def root(self, v: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``M^½ v`` for the tensors named in ``v``."""
         out = {}
         for blk in self.blocks:
-            if blk.weight not in v:
-                continue
-            x = v[blk.weight]
-            if blk.bias is not None:
-                x = torch.cat([x, v[blk.bias][:, None]], dim=1)
-            x = (blk.qg @ ((blk.qg.t() @ x.double() @ blk.qa) * blk.inv_sqrt) @ blk.qa.t()).to(x.dtype)
-            if blk.bias is not None:
-                out[blk.weight], out[blk.bias] = x[:, :-1], x[:, -1]
-            else:
-                out[blk.weight] = x
+            if blk.weight in v:
+                x = blk.qg @ ((blk.qg.t() @ _joined(blk, v) @ blk.qa) * blk.inv_sqrt) @ blk.qa.t()
+                out.update({n: d.to(v[n].dtype) for n, d in _split(blk, x)})
         for name, (_, inv_sqrt) in self.diag.items():
             if name in v:
                 out[name] = v[name] * inv_sqrt.to(v[name].dtype)
@@ -135,6 +119,19 @@ class KroneckerMetric:
                 if (blk.weight in members) != (blk.bias in members):
                     raise ValueError(f"group '{name}' holds only one of {blk.weight} and "
                                      f"{blk.bias}; a layer's weight and bias must share a group")
+
+
+def _joined(blk: KroneckerBlock, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    """``[W, b]`` (out, in+1) of a layer's tensors, in float64."""
+    w = tensors[blk.weight].double()
+    return w if blk.bias is None else torch.cat([w, tensors[blk.bias].double()[:, None]], dim=1)
+
+
+def _split(blk: KroneckerBlock, x: torch.Tensor):
+    """``(name, part)`` of a joined ``[W, b]`` matrix."""
+    if blk.bias is None:
+        return [(blk.weight, x)]
+    return [(blk.weight, x[:, :-1]), (blk.bias, x[:, -1])]
 
 
 def estimate_kfac(energy, params: Params, batches, generator: torch.Generator,

@@ -14,7 +14,8 @@ is O(1 − β). With ``freeze_metric=True`` the samplers freeze ``G`` at the end
 the O(η) step error: the closed-form tests use it. On the DeepONet problems the frozen metric
 slowed the chains (anti-derivative, 1000 epochs: ESS 5–14 of 100 samples, band coverage
 e3 ≈ 72%) against the adaptive one (ESS 22, e3 ≈ 96%), hence the default.
-With ``precondition=False``, G = I and the step is the paper's equation (3.4).
+With ``metric="identity"``, G = I and the step is the paper's equation (3.4). This
+module's diagonal metric is ``metric="rmsprop"``; the default metric is in :mod:`.kfac`.
 """
 
 from __future__ import annotations
