@@ -137,7 +137,7 @@ def _split(blk: KroneckerBlock, x: torch.Tensor):
 def estimate_kfac(energy, params: Params, batches, generator: torch.Generator,
                   samples: int = 16) -> KroneckerMetric:
     """The metric of the module docstring for a :class:`~bdeeponet.energy.GaussianEnergy`
-    (it needs ``energy.model``, ``energy.y``, ``energy.noise_std``, ``energy.prior_std``).
+    (it needs ``energy.model``, ``energy.y``, ``energy.noise_std`` and ``energy.prior_precision``).
 
     ``batches``: a list of ``(u, s)`` minibatches that together hold every training function
     once; ``samples``: Monte Carlo draws of the output noise for each of the two passes
