@@ -278,7 +278,7 @@ def test_generate_shapes(generated, name):
     problem = get_problem(name)
     y = problem.query_points()
     p, dim = y.shape
-    assert dim == (1 if name in ("antiderivative", "pendulum") else 2)
+    assert dim == (1 if name in ("antiderivative", "pendulum", "darcy") else 2)
     assert d.u_train.shape == (N_TRAIN, 20) and d.u_test.shape == (N_TEST, 20)
     assert d.s_train.shape == d.s_train_clean.shape == (N_TRAIN, p)
     assert d.s_test.shape == (N_TEST, p)
@@ -374,3 +374,14 @@ def test_save_load_round_trip_without_optional_keys(tmp_path):
     back = load(tmp_path / "plain.npz")
     assert back.noise_std is None and back.sensors is None and back.meta == {}
     np.testing.assert_array_equal(back.s_train, d.s_train)
+
+
+def test_generate_relative_noise():
+    """``relative``: the noise sd is the factor times the clean targets' sd, and the
+    residuals of the noisy targets have that sd."""
+    d = generate(get_problem("darcy"), 0.05, np.random.default_rng(3), n_train=200, n_test=2,
+                 m=20, relative=True)
+    assert d.noise_std == pytest.approx(0.05 * d.s_train_clean.std(), rel=1e-12)
+    assert d.meta["noise_relative"] == 0.05 and d.meta["noise_std"] == d.noise_std
+    sd = (d.s_train - d.s_train_clean).std()
+    assert abs(sd / d.noise_std - 1) < 4 / np.sqrt(2 * d.s_train.size)  # 4 standard errors

@@ -27,6 +27,8 @@ def test_default_grid_is_the_papers_eight_scenarios_times_three_methods():
     assert len(jobs) == 24 and len(PAPER_SCENARIOS) == 8
     assert scenarios(["pendulum"]) == [("pendulum", 0.01), ("pendulum", 0.05)]
     assert scenarios(["pendulum"], [0.1]) == [("pendulum", 0.1)]
+    assert scenarios(["darcy"]) == [("darcy", 0.01), ("darcy", 0.05)]  # beyond the paper
+    assert all(p != "darcy" for p, _ in scenarios())
 
 
 @pytest.mark.parametrize("kwargs,match", [

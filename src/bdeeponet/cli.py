@@ -28,6 +28,8 @@ def _add_generate(sub):
     p = sub.add_parser("generate", help="draw input functions, solve a problem, write FILE.npz")
     p.add_argument("problem", help="antiderivative, pendulum, diffusion_reaction, advection_diffusion")
     p.add_argument("--noise", type=float, required=True, help="noise standard deviation")
+    p.add_argument("--relative-noise", action="store_true",
+                   help="--noise is a fraction of the clean targets' standard deviation")
     p.add_argument("--out", required=True, help="output .npz file")
     p.add_argument("--n-train", type=int, default=1000)
     p.add_argument("--n-test", type=int, default=100)
@@ -157,11 +159,12 @@ def cmd_generate(args) -> None:
     if not args.out.endswith(".npz"):
         raise UsageError(f"--out must end in .npz, got '{args.out}'")
     data = generate(problem, args.noise, np.random.default_rng(args.seed), n_train=args.n_train,
-                    n_test=args.n_test, m=args.m, length_scale=args.length_scale)
+                    n_test=args.n_test, m=args.m, length_scale=args.length_scale,
+                    relative=args.relative_noise)
     data.meta["seed"] = args.seed
     data.save(args.out)
     print(f"wrote {args.out}: {data.n_train} train / {data.u_test.shape[0]} test functions, "
-          f"{data.n_sensors} sensors, {data.n_points} query points, noise sd {args.noise}")
+          f"{data.n_sensors} sensors, {data.n_points} query points, noise sd {data.noise_std:g}")
 
 
 def cmd_plot_data(args) -> None:

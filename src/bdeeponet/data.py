@@ -253,8 +253,13 @@ def generate(
     n_test: int = 100,
     m: int = 100,
     length_scale: float = 0.2,
+    relative: bool = False,
 ) -> OperatorData:
     """Draw GRF inputs, solve ``problem`` and add i.i.d. N(0, noise_std^2) to the train targets.
+
+    With ``relative`` the noise's standard deviation is ``noise_std`` times that of the
+    clean training targets (``meta["noise_relative"]`` keeps the factor, ``noise_std`` the
+    resulting absolute value).
 
     Inputs are sampled on a fine grid that contains the m sensors, so the solver sees
     the same function the branch net sees at its sensors.
@@ -269,6 +274,9 @@ def generate(
     sampler = periodic_grf if problem.periodic_input else rbf_grf
     u = sampler(x, n_train + n_test, rng, length_scale=length_scale)
     s = problem.solve(x, u)
+    factor = noise_std
+    if relative:
+        noise_std = float(noise_std * s[:n_train].std())
     noisy = s[:n_train] + noise_std * rng.standard_normal(s[:n_train].shape)
     meta = {
         "problem": problem.name,
@@ -277,6 +285,8 @@ def generate(
         "noise_std": noise_std,
         "format_version": FORMAT_VERSION,
     }
+    if relative:
+        meta["noise_relative"] = factor
     if problem.periodic_coordinates:
         meta["periodic"] = [[j, period] for j, period in problem.periodic_coordinates]
     return OperatorData(

@@ -26,6 +26,10 @@ PAPER_SCENARIOS = (
     ("advection_diffusion", 0.01), ("advection_diffusion", 0.1),
 )
 PAPER_METHODS = ("adam", "resgld", "mresgld")
+# Beyond the paper, run only when named in ``problems``: a nonlinear operator (1-D Darcy
+# flow), with noise levels relative to the solution's standard deviation.
+EXTRA_SCENARIOS = (("darcy", 0.01), ("darcy", 0.05))
+RELATIVE_NOISE = frozenset({"darcy"})
 
 # The paper's Tables 1–8: mean e1, e2 after burn-in (8000 epochs).
 PAPER_ERRORS = {
@@ -81,14 +85,16 @@ def data_path(out: Path, problem: str, noise: float) -> Path:
 
 
 def scenarios(problems=None, noises=None) -> list[tuple[str, float]]:
-    """The paper's eight by default; ``problems`` filters them, ``noises`` replaces their
-    noise levels (every chosen problem × every given noise)."""
+    """The paper's eight by default; ``problems`` filters them (and adds those of
+    ``EXTRA_SCENARIOS`` it names), ``noises`` replaces their noise levels (every chosen
+    problem × every given noise)."""
     from .problems import PROBLEMS
 
     for p in problems or ():
         if p not in PROBLEMS:
             raise ValueError(f"unknown problem '{p}'; choose one of: {', '.join(PROBLEMS)}")
-    chosen = [s for s in PAPER_SCENARIOS if not problems or s[0] in problems]
+    chosen = [s for s in PAPER_SCENARIOS + EXTRA_SCENARIOS if s[0] in problems] if problems \
+        else list(PAPER_SCENARIOS)
     if noises:
         names = list(dict.fromkeys(p for p, _ in chosen))
         for n in noises:
@@ -117,7 +123,8 @@ def ensure_data(out: Path, scen) -> None:
     for problem, noise in scen:
         path = data_path(out, problem, noise)
         if not path.exists():
-            data = generate(get_problem(problem), noise, np.random.default_rng(0))
+            data = generate(get_problem(problem), noise, np.random.default_rng(0),
+                            relative=problem in RELATIVE_NOISE)
             data.meta["seed"] = 0
             data.save(path)
 

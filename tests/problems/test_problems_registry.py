@@ -9,7 +9,7 @@ import pytest
 from bdeeponet.grf import periodic_grf, rbf_grf
 from bdeeponet.problems import PROBLEMS, get_problem
 
-NAMES = ["antiderivative", "pendulum", "diffusion_reaction", "advection_diffusion"]
+NAMES = ["antiderivative", "pendulum", "diffusion_reaction", "advection_diffusion", "darcy"]
 
 
 def test_registry_names():
@@ -20,7 +20,7 @@ def test_registry_names():
 def test_periodic_coordinates():
     declared = {name: PROBLEMS[name].periodic_coordinates for name in NAMES}
     assert declared == {"antiderivative": (), "pendulum": (), "diffusion_reaction": (),
-                        "advection_diffusion": ((0, 1.0),)}
+                        "advection_diffusion": ((0, 1.0),), "darcy": ()}
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if PROBLEMS[n].periodic_coordinates])
@@ -74,7 +74,7 @@ def test_interface_shapes_batching_and_metadata(name):
     sampler = periodic_grf if problem.periodic_input else rbf_grf
     u = sampler(x, 4, np.random.default_rng(0))
     y = problem.query_points()
-    assert y.ndim == 2 and y.shape[1] == (1 if name in ("antiderivative", "pendulum") else 2)
+    assert y.ndim == 2 and y.shape[1] == (1 if name in ("antiderivative", "pendulum", "darcy") else 2)
     s = problem.solve(x, u)
     assert s.shape == (4, y.shape[0]) and np.all(np.isfinite(s))
     single = np.vstack([problem.solve(x, u[i : i + 1]) for i in range(4)])

@@ -20,11 +20,13 @@ import dataclasses
 
 from .advection_diffusion import AdvectionDiffusion
 from .antiderivative import Antiderivative
+from .darcy import Darcy
 from .diffusion_reaction import DiffusionReaction
 from .pendulum import Pendulum
 
 PROBLEMS: dict[str, type] = {
-    cls.name: cls for cls in (Antiderivative, Pendulum, DiffusionReaction, AdvectionDiffusion)
+    cls.name: cls
+    for cls in (Antiderivative, Pendulum, DiffusionReaction, AdvectionDiffusion, Darcy)
 }
 
 
@@ -49,6 +51,7 @@ __all__ = [
     "PROBLEMS",
     "AdvectionDiffusion",
     "Antiderivative",
+    "Darcy",
     "DiffusionReaction",
     "Pendulum",
     "get_problem",
