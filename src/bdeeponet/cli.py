@@ -1,4 +1,4 @@
-"""The ``bdeeponet`` command (DESIGN.md, command-line contract).
+"""bdeeponet: Bayesian DeepONets for noisy operator data, sampled with replica-exchange SGLD.
 
 Every bad input ends with one line ``error: ...`` on stderr and exit status 2.
 """
@@ -19,23 +19,41 @@ class UsageError(Exception):
     pass
 
 
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Appends ``(default: X)`` to an option's help unless it says its default itself or
+    has none worth showing (None, or off for a switch)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, [], argparse.SUPPRESS) or \
+                not action.option_strings:
+            return text
+        shown = " ".join(map(str, action.default)) if isinstance(action.default, list) \
+            else action.default
+        return f"{text} (default: {shown})"
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):  # one line instead of usage + message
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
 def _add_generate(sub):
     p = sub.add_parser("generate", help="draw input functions, solve a problem, write FILE.npz")
-    p.add_argument("problem", help="antiderivative, pendulum, diffusion_reaction, advection_diffusion")
+    p.add_argument("problem", help="a problem name ('bdeeponet problems' lists them)")
     p.add_argument("--noise", type=float, required=True, help="noise standard deviation")
     p.add_argument("--relative-noise", action="store_true",
                    help="--noise is a fraction of the clean targets' standard deviation")
     p.add_argument("--out", required=True, help="output .npz file")
-    p.add_argument("--n-train", type=int, default=1000)
-    p.add_argument("--n-test", type=int, default=100)
+    p.add_argument("--n-train", type=int, default=1000, help="training functions")
+    p.add_argument("--n-test", type=int, default=100, help="test functions (clean targets)")
     p.add_argument("--m", type=int, default=100, help="number of sensors")
     p.add_argument("--length-scale", type=float, default=0.2, help="GRF length scale")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the inputs and the noise")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="problem parameter, e.g. --param D=0.05 (repeatable)")
 
@@ -43,27 +61,33 @@ def _add_generate(sub):
 def _add_train(sub):
     p = sub.add_parser("train", help="train a (Bayesian) DeepONet, write a run directory")
     p.add_argument("data", help="aligned operator data (.npz)")
-    p.add_argument("--method", help="adam, sgld, resgld or mresgld (default mresgld)")
     p.add_argument("--out", required=True, help="run directory")
-    p.add_argument("--config", help="TOML file with TrainConfig keys (flags override it)")
-    for flag, typ in (("epochs", int), ("batch-size", int), ("seed", int),
-                      ("lr", float), ("lr-hot", float), ("tau1", float), ("tau2", float),
-                      ("c", float), ("burn-in", int), ("thin", int), ("prior-std", float),
-                      ("width", int), ("depth", int), ("latent", int), ("activation", str),
-                      ("dropout", float), ("mc-samples", int), ("checkpoint-every", int),
-                      ("warm-lr", float), ("fisher-samples", int), ("prior", str)):
-        p.add_argument(f"--{flag}", type=typ)
-    p.add_argument("--noise-std", type=_noise_std, metavar="SD|auto",
-                   help="noise sd of the targets (default: the file's); 'auto' estimates it")
-    p.add_argument("--metric", choices=["kfac", "rmsprop", "identity"],
-                   help="Langevin metric (default kfac: warm start + Kronecker metric)")
-    p.add_argument("--calibration", type=float, metavar="FRACTION",
-                   help="training functions held out to calibrate the bands (default 0.1; 0: none)")
-    p.add_argument("--control-variate", action="store_true", default=None,
-                   help="kfac: gradients anchored at the warm start (Baker et al. 2019)")
+    p.add_argument("--config", help="TOML file with the keys below, '-' for '_' (flags override it)")
+    config_options(p)
     p.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress line")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads")
+
+
+def config_options(parser) -> None:
+    """One ``--flag`` per :class:`TrainConfig` field, its help line and default taken from the
+    field. Flags default to None, so only the ones given override a ``--config`` file."""
+    from dataclasses import MISSING, fields
+
+    from .config import TrainConfig
+
+    group = parser.add_argument_group("training configuration (also the keys of --config)")
+    for f in fields(TrainConfig):
+        meta, flag = f.metadata, "--" + f.name.replace("_", "-")
+        text = meta["help"] if f.default in (None, MISSING) else f"{meta['help']} (default: {f.default})"
+        text = text.replace("%", "%%")
+        if f.type == "bool":
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+            continue
+        kind = {"int": int, "int | None": int, "float": float, "float | None": float,
+                "str": str, "float | str | None": _noise_std}[f.type]
+        group.add_argument(flag, type=kind, default=None, choices=meta.get("choices"),
+                           metavar=meta.get("metavar"), help=text)
 
 
 def _noise_std(text: str):
@@ -97,9 +121,9 @@ def _add_predict_evaluate(sub):
                         "obs_lower/obs_upper (observation band), sim_lower/sim_upper (whole "
                         "trajectory), meta")
     p.add_argument("--level", type=_level, default=0.95,
-                   help="nominal level of the pointwise bands (default 0.95)")
+                   help="nominal level of the pointwise bands")
     p.add_argument("--function-level", type=_level, default=0.95,
-                   help="nominal level of the function-level band (default 0.95)")
+                   help="nominal level of the function-level band")
     p = sub.add_parser("evaluate", help="metrics of a run on a data file's test set (JSON)")
     p.add_argument("run", help="run directory")
     p.add_argument("data", help="aligned operator data (.npz)")
@@ -115,26 +139,67 @@ def _add_predict_evaluate(sub):
 def _add_reproduce(sub):
     p = sub.add_parser("reproduce", help="the paper's experiment grid: runs, tables, figures, report.html")
     p.add_argument("--out", required=True, help="output directory (data, runs, tables, report)")
-    p.add_argument("--problems", nargs="+", help="default: all four")
+    p.add_argument("--problems", nargs="+",
+                   help="problems to run (default: the paper's four; darcy runs when named)")
     p.add_argument("--noises", nargs="+", type=float,
                    help="noise levels for every chosen problem (default: the paper's pairs)")
     p.add_argument("--methods", nargs="+", default=["adam", "resgld", "mresgld"],
                    help="any of adam, sgld, resgld, mresgld, linear")
-    p.add_argument("--epochs", type=int, default=8000)
-    p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--epochs", type=int, default=8000, help="epochs of every run")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0], help="training seeds")
     p.add_argument("--workers", type=int, default=2, help="local processes (one torch thread each)")
-    p.add_argument("--executor", choices=["local", "ray"], default="local")
+    p.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="where the runs execute: local processes or a Ray cluster")
     p.add_argument("--ray-address", help="address of a running Ray cluster (default: start one)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+
+
+def _add_import(sub):
+    p = sub.add_parser("import", help="convert another tool's data file (.mat, HDF5, .npz) "
+                       "into an aligned operator data file")
+    p.add_argument("file", help="MATLAB (v5 or v7.3), HDF5 (.h5, .hdf5) or .npz file")
+    p.add_argument("--input", required=True, metavar="KEY",
+                   help="array of input functions, (N, n) or (N, n1, n2)")
+    p.add_argument("--output", required=True, metavar="KEY",
+                   help="array of solutions, (N, P) or (N, n1, n2)")
+    p.add_argument("--out", required=True, help="output .npz file")
+    p.add_argument("--grid", metavar="KEY",
+                   help="array of the output's grid points (default: equispaced on [0, 1])")
+    p.add_argument("--subsample", type=int, default=1, metavar="K",
+                   help="keep every K-th point along each grid axis")
+    p.add_argument("--n-train", type=int, metavar="N",
+                   help="training functions, the first N (default: all but the test ones)")
+    p.add_argument("--n-test", type=int, metavar="N",
+                   help="test functions, after the training ones (default: 10%% of the file)")
+    p.add_argument("--noise", type=float, metavar="SD",
+                   help="add N(0, SD^2) noise to the training outputs (default: none added and "
+                        "none recorded, so training estimates it)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the added noise")
+
+
+def cmd_import(args) -> None:
+    from .importing import import_to
+
+    if not args.out.endswith(".npz"):
+        raise UsageError(f"--out must end in .npz, got '{args.out}'")
+    data = import_to(args.file, args.out, input_key=args.input, output_key=args.output,
+                     grid_key=args.grid, subsample=args.subsample, n_train=args.n_train,
+                     n_test=args.n_test, noise=args.noise, seed=args.seed)
+    noise = f"noise sd {data.noise_std:g} added" if data.noise_std is not None else "no noise sd"
+    print(f"wrote {args.out}: {data.n_train} train / {data.u_test.shape[0]} test functions, "
+          f"{data.n_sensors} sensors, {data.n_points} query points of dimension "
+          f"{data.y.shape[1]}, {noise} (grid: {data.meta['grid']})")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="bdeeponet", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_generate(sub)
+    _add_import(sub)
     _add_train(sub)
     _add_predict_evaluate(sub)
     _add_reproduce(sub)
+    sub.add_parser("problems", help="list the problems: equation, parameters and defaults")
     return parser
 
 
@@ -177,14 +242,13 @@ def cmd_plot_data(args) -> None:
 
 
 def train_config(args):
+    from dataclasses import fields
+
     from .config import TrainConfig, load_toml
 
     base = load_toml(args.config) if args.config else {}
-    flags = {k: getattr(args, k) for k in (
-        "method", "epochs", "batch_size", "seed", "noise_std", "lr", "lr_hot", "tau1", "tau2",
-        "c", "burn_in", "thin", "prior_std", "width", "depth", "latent", "activation", "dropout",
-        "mc_samples", "checkpoint_every", "warm_lr", "fisher_samples", "prior", "metric",
-        "calibration", "control_variate")}
+    base = {k.replace("-", "_"): v for k, v in base.items()}
+    flags = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}
     merged = {**base, **{k: v for k, v in flags.items() if v is not None}}
     return TrainConfig.from_dict(merged)
 
@@ -275,9 +339,15 @@ def cmd_reproduce(args) -> None:
     print(f"report: {report} (tables: results.md, results.csv, time_ratio.csv; figures/)")
 
 
-COMMANDS = {"generate": cmd_generate, "plot-data": cmd_plot_data, "train": cmd_train,
-            "predict": cmd_predict, "evaluate": cmd_evaluate, "calibrate": cmd_calibrate,
-            "reproduce": cmd_reproduce}
+def cmd_problems(args) -> None:
+    from .problems import describe_problems
+
+    print(describe_problems())
+
+
+COMMANDS = {"generate": cmd_generate, "problems": cmd_problems, "import": cmd_import,
+            "plot-data": cmd_plot_data, "train": cmd_train, "predict": cmd_predict,
+            "evaluate": cmd_evaluate, "calibrate": cmd_calibrate, "reproduce": cmd_reproduce}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,46 +4,62 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from .model import ACTIVATIONS
 from .samplers.sgld import DEFAULT_LR, METRICS
 
 METHOD_NAMES = ("adam", "sgld", "resgld", "mresgld", "linear")
 
 
+def _opt(default, help: str, **extra):
+    """A field with its help line: the command line's ``train`` options are built from
+    these (see :func:`bdeeponet.cli.config_options`), so the text lives in one place. A
+    field whose default is None says in its help what None means ("default: ...")."""
+    return field(default=default, metadata={"help": help, **extra})
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything that defines a training run (defaults documented in the README)."""
+    """Everything that defines a training run; each field carries its help line."""
 
-    method: str = "mresgld"
-    epochs: int = 2000
-    batch_size: int = 100  # functions per minibatch (all P points of each)
-    seed: int = 0
-    lr: float | None = None  # Langevin step; default 0.05 (kfac), 3e-4 (rmsprop); Adam 1e-3
-    lr_hot: float | None = None  # hot particle (default: lr)
-    tau1: float = 1.0
-    tau2: float = 10.0
-    c: float = 0.7  # m-reSGLD: probability that the hot particle trains the branch
-    metric: str = "kfac"  # kfac (warm start + Kronecker metric), rmsprop (pSGLD), identity
-    freeze_metric: bool = False  # rmsprop only: stop adapting the metric after burn-in
-    warm_lr: float = 3e-3  # kfac: Adam's step during burn-in (cosine-decayed to 0)
-    control_variate: bool = False  # kfac: gradients anchored at the warm start
-    fisher_samples: int = 16  # kfac: Monte Carlo draws for the metric
-    standardise: bool = True  # inputs and outputs scaled by their training mean and sd
-    calibration: float = 0.1  # fraction of training functions held out to calibrate the bands
-    burn_in: int | None = None  # epochs; default: 3/4 of the run (kfac), half (otherwise)
-    thin: int | None = None  # epochs between kept samples; default: 100 samples
-    prior_std: float = 1.0
-    prior: str = "fan_in"  # fan_in: N(0, prior_std²/fan_in) per linear layer; iid: N(0, prior_std²)
-    noise_std: float | str | None = None  # default: the data file's; "auto": estimated
-    width: int = 64
-    depth: int = 2
-    latent: int = 64
-    activation: str = "tanh"
-    dropout: float = 0.1  # Adam + MC dropout only
-    mc_samples: int = 100  # Adam: dropout masks per prediction
-    checkpoint_every: int = 100  # epochs
+    method: str = _opt("mresgld", "adam (+ MC dropout), sgld, resgld, mresgld or linear "
+                       "(the closed-form ridge baseline)", choices=METHOD_NAMES)
+    epochs: int = _opt(2000, "passes over the training functions")
+    batch_size: int = _opt(100, "functions per minibatch (all P points of each)")
+    seed: int = _opt(0, "seed of the initialisation, minibatches, noise and held-out split")
+    lr: float | None = _opt(None, "Langevin step (default: 0.05 with the kfac metric, 3e-4 "
+                            "rmsprop, 1e-6 identity; Adam 1e-3)")
+    lr_hot: float | None = _opt(None, "step of the hot replica (default: lr)")
+    tau1: float = _opt(1.0, "temperature of the cold replica (the posterior)")
+    tau2: float = _opt(10.0, "temperature of the hot replica")
+    c: float = _opt(0.7, "m-reSGLD: probability that the hot replica trains the branch net")
+    metric: str = _opt("kfac", "Langevin metric: kfac (Adam warm start, then a Kronecker "
+                       "metric frozen at it), rmsprop (pSGLD), identity", choices=METRICS)
+    freeze_metric: bool = _opt(False, "rmsprop only: stop adapting the metric after burn-in")
+    warm_lr: float = _opt(3e-3, "kfac: Adam's step during burn-in (cosine-decayed to 0)")
+    control_variate: bool = _opt(False, "kfac: gradients anchored at the warm start "
+                                 "(Baker et al. 2019)")
+    fisher_samples: int = _opt(16, "kfac: Monte Carlo draws for the metric")
+    standardise: bool = _opt(True, "scale inputs and outputs by their training mean and sd")
+    calibration: float = _opt(0.1, "fraction of training functions held out to calibrate the "
+                              "bands (0: none)")
+    burn_in: int | None = _opt(None, "burn-in epochs (default: 3/4 of the run with kfac, "
+                               "half otherwise)")
+    thin: int | None = _opt(None, "epochs between kept samples (default: as many as give 100 samples)")
+    prior_std: float = _opt(1.0, "scale of the Gaussian prior on the weights")
+    prior: str = _opt("fan_in", "fan_in: N(0, prior_std^2 / fan_in) per layer; iid: "
+                      "N(0, prior_std^2)", choices=("fan_in", "iid"))
+    noise_std: float | str | None = _opt(None, "noise sd of the targets, or 'auto' to estimate "
+                                         "it (default: the data file's)", metavar="SD|auto")
+    width: int = _opt(64, "hidden units per layer")
+    depth: int = _opt(2, "hidden layers of the branch and trunk nets")
+    latent: int = _opt(64, "latent dimension (outputs of branch and trunk)")
+    activation: str = _opt("tanh", "activation of the hidden layers", choices=tuple(ACTIVATIONS))
+    dropout: float = _opt(0.1, "Adam + MC dropout only: dropout probability")
+    mc_samples: int = _opt(100, "Adam: dropout masks per prediction")
+    checkpoint_every: int = _opt(100, "epochs between checkpoints")
 
     def __post_init__(self):
         if self.method not in METHOD_NAMES:

@@ -30,12 +30,30 @@ PROBLEMS: dict[str, type] = {
 }
 
 
+def canonical_name(name: str) -> str:
+    """Problem names accept '-' for '_' (``diffusion-reaction``)."""
+    return name.replace("-", "_")
+
+
+def describe_problems() -> str:
+    """Every problem: its name, its equation (its module's first docstring line) and its
+    parameters with their defaults, for ``bdeeponet problems``."""
+    import sys
+
+    lines = []
+    for name, cls in PROBLEMS.items():
+        doc = (sys.modules[cls.__module__].__doc__ or "").strip().splitlines()
+        params = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(cls))
+        lines += [name, f"  {doc[0] if doc else ''}", f"  parameters: {params}", ""]
+    return "\n".join(lines).rstrip()
+
+
 def get_problem(name: str, **params):
     """Instantiate the problem called ``name`` with parameter overrides ``params``.
 
     Raises ValueError for an unknown name, an unknown parameter or an invalid value.
     """
-    cls = PROBLEMS.get(name)
+    cls = PROBLEMS.get(canonical_name(name))
     if cls is None:
         raise ValueError(f"unknown problem {name!r}; choose one of: {', '.join(PROBLEMS)}")
     valid = [f.name for f in dataclasses.fields(cls)]
@@ -54,5 +72,7 @@ __all__ = [
     "Darcy",
     "DiffusionReaction",
     "Pendulum",
+    "canonical_name",
+    "describe_problems",
     "get_problem",
 ]

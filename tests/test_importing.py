@@ -1,0 +1,192 @@
+"""Tests for bdeeponet.importing: other tools' files into the aligned .npz contract."""
+
+import os
+
+import h5py
+import numpy as np
+import pytest
+import scipy.io
+
+from bdeeponet.data import load
+from bdeeponet.importing import ASSUMED_GRID, ImportDataError, import_file, import_to
+
+
+def _fields(n=12, nx=64, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, nx)), rng.standard_normal((n, nx))
+
+
+def _write_v73(path, arrays):
+    """An HDF5 file laid out like MATLAB v7.3: 512-byte userblock header, arrays transposed."""
+    with h5py.File(path, "w", userblock_size=512) as f:
+        for key, a in arrays.items():
+            f.create_dataset(key, data=np.asarray(a).T)
+            f[key].attrs["MATLAB_class"] = np.bytes_("double")
+    header = b"MATLAB 7.3 MAT-file, Platform: GLNXA64, Created on: Mon Jan  1 00:00:00 2024 HDF5 schema 1.00"
+    with open(path, "r+b") as fh:
+        fh.write(header.ljust(116) + b"\0" * 8 + (0x0200).to_bytes(2, "little") + b"IM")
+
+
+def test_mat_v5_burgers_like(tmp_path):
+    a, u = _fields()
+    path = tmp_path / "burgers.mat"
+    scipy.io.savemat(path, {"a": a, "u": u})
+    d = import_file(path, input_key="a", output_key="u", subsample=4)
+    assert (d.n_train, d.u_test.shape[0], d.n_sensors, d.n_points) == (11, 1, 16, 16)
+    np.testing.assert_array_equal(np.vstack([d.u_train, d.u_test]), a[:, ::4])
+    np.testing.assert_array_equal(np.vstack([d.s_train, d.s_test]), u[:, ::4])
+    np.testing.assert_allclose(d.y[:, 0], np.linspace(0, 1, 64)[::4])
+    np.testing.assert_allclose(d.sensors, d.y)
+    assert d.noise_std is None and d.s_train_clean is None
+    assert d.meta["format"] == "mat-v5" and d.meta["grid"] == ASSUMED_GRID
+    assert d.meta["source"] == "burgers.mat" and d.meta["subsample"] == 4
+
+
+def test_mat_v73_is_transposed_back(tmp_path):
+    a, u = _fields(n=10, nx=40)
+    path = tmp_path / "v73.mat"
+    _write_v73(path, {"a": a, "u": u[:, :30], "x": np.linspace(0, 2, 30)[None, :]})
+    assert scipy.io.matlab.matfile_version(str(path))[0] == 2  # scipy sees a v7.3 header
+    d = import_file(path, input_key="a", output_key="u", grid_key="x", n_train=7, n_test=3)
+    assert d.meta["format"] == "mat-v7.3"
+    np.testing.assert_array_equal(d.u_train, a[:7])
+    np.testing.assert_array_equal(d.s_test, u[7:, :30])
+    np.testing.assert_allclose(d.y[:, 0], np.linspace(0, 2, 30))
+    assert d.sensors.shape == (40, 1) and d.meta["sensor_grid"] == ASSUMED_GRID
+
+
+def test_hdf5_nested_keys_and_grid(tmp_path):
+    a, u = _fields(n=10, nx=33)
+    x = np.linspace(0, 2 * np.pi, 33)
+    path = tmp_path / "data.h5"
+    with h5py.File(path, "w") as f:
+        f["fields/a"], f["fields/u"], f["coords/x"] = a, u.astype(np.float32), x
+    d = import_file(path, input_key="fields/a", output_key="fields/u", grid_key="coords/x",
+                    subsample=2, n_train=8, n_test=2)
+    assert d.meta["format"] == "hdf5" and d.meta["grid"] == "coords/x"
+    assert d.meta["sensor_grid"] == "coords/x"  # input on the output's grid
+    np.testing.assert_allclose(d.y[:, 0], x[::2])
+    np.testing.assert_allclose(d.sensors, d.y)
+    np.testing.assert_array_equal(d.s_train, u[:8, ::2].astype(np.float32))
+    assert d.s_train.dtype == np.float64
+
+
+def test_npz_2d_field_is_flattened_in_c_order(tmp_path):
+    rng = np.random.default_rng(1)
+    a, u = rng.standard_normal((6, 9, 5)), rng.standard_normal((6, 9, 5))
+    path = tmp_path / "darcy.npz"
+    np.savez(path, coeff=a, sol=u)
+    d = import_file(path, input_key="coeff", output_key="sol", subsample=2, n_test=2)
+    assert d.meta["format"] == "npz" and (d.n_train, d.u_test.shape[0]) == (4, 2)
+    assert d.n_sensors == 5 * 3 and d.y.shape == (15, 2) and d.sensors.shape == (15, 2)
+    np.testing.assert_array_equal(d.s_train, u[:4, ::2, ::2].reshape(4, -1))
+    x1, x2 = np.linspace(0, 1, 9)[::2], np.linspace(0, 1, 5)[::2]
+    for j in range(15):  # y[j] is (x1, x2) of flattened index j = i1 * n2 + i2
+        np.testing.assert_allclose(d.y[j], [x1[j // 3], x2[j % 3]])
+
+
+def test_2d_grid_key(tmp_path):
+    u = np.random.default_rng(2).standard_normal((4, 6, 4))
+    g = np.stack(np.meshgrid(np.arange(6.0), np.arange(4.0) * 10, indexing="ij"), axis=-1)
+    path = tmp_path / "g.npz"
+    np.savez(path, u=u, g=g)
+    d = import_file(path, input_key="u", output_key="u", grid_key="g", subsample=2, n_test=1)
+    np.testing.assert_array_equal(d.y, g[::2, ::2].reshape(-1, 2))
+
+
+def test_noise_is_reproducible_and_train_only(tmp_path):
+    a, u = _fields(n=200, nx=64)
+    path = tmp_path / "n.npz"
+    np.savez(path, a=a, u=u)
+    kw = dict(input_key="a", output_key="u", noise=0.1, n_train=150, n_test=50)
+    d1, d2 = import_file(path, seed=3, **kw), import_file(path, seed=3, **kw)
+    np.testing.assert_array_equal(d1.s_train, d2.s_train)
+    assert not np.array_equal(d1.s_train, import_file(path, seed=4, **kw).s_train)
+    np.testing.assert_array_equal(d1.s_train_clean, u[:150])
+    np.testing.assert_array_equal(d1.s_test, u[150:])
+    assert abs(np.std(d1.s_train - u[:150]) / 0.1 - 1) < 0.03
+    assert d1.noise_std == 0.1 and d1.meta["noise"] == 0.1 and d1.meta["seed"] == 3
+
+
+def test_round_trip_through_save_and_load(tmp_path):
+    a, u = _fields()
+    src = tmp_path / "b.mat"
+    scipy.io.savemat(src, {"a": a, "u": u, "x": np.linspace(0, 1, 64)})  # x saved as (1, 64)
+    made = import_to(src, tmp_path / "out" / "data.npz", input_key="a", output_key="u",
+                     grid_key="x", noise=0.05, subsample=2)
+    back = load(tmp_path / "out" / "data.npz")
+    for key in ("u_train", "s_train", "u_test", "s_test", "y", "sensors", "s_train_clean"):
+        np.testing.assert_array_equal(getattr(back, key), getattr(made, key))
+    assert back.noise_std == 0.05 and back.meta == made.meta
+    assert set(made.meta) >= {"source", "format", "input_key", "output_key", "subsample",
+                              "n_train", "n_test", "noise", "seed", "grid", "format_version"}
+
+
+# --- errors: each names the key or option at fault --------------------------------------
+
+@pytest.fixture
+def npz(tmp_path):
+    a, u = _fields()
+    path = tmp_path / "d.npz"
+    np.savez(path, a=a, u=u, u_short=u[:5], x_bad=np.linspace(0, 1, 50), bad=np.full((12, 64), np.nan))
+    return path
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(input_key="nope"), ["'nope'", "--input"]),
+    (dict(output_key="u_short"), ["'a'", "'u_short'", "12", "5"]),
+    (dict(subsample=64), ["'a'", "(12, 64)", "--subsample"]),
+    (dict(noise=0.0), ["--noise"]),
+    (dict(noise=-1.0), ["--noise"]),
+    (dict(noise=float("nan")), ["--noise"]),
+    (dict(n_train=10, n_test=5), ["--n-train", "--n-test", "12"]),
+    (dict(grid_key="x_bad"), ["'x_bad'", "50"]),
+    (dict(output_key="bad"), ["'bad'", "NaN"]),
+])
+def test_errors_name_the_culprit(npz, kwargs, words):
+    kw = dict(input_key="a", output_key="u") | kwargs
+    with pytest.raises(ImportDataError) as exc:
+        import_file(npz, **kw)
+    msg = str(exc.value)
+    assert "\n" not in msg and all(w in msg for w in words), msg
+
+
+def test_pickled_npz_member_is_refused_without_unpickling(tmp_path):
+    class Payload:  # unpickling this would create the directory
+        def __reduce__(self):
+            return os.mkdir, (str(tmp_path / "unpickled"),)
+
+    path = tmp_path / "evil.npz"
+    np.savez(path, a=np.array([Payload()] * 4, dtype=object), u=np.zeros((4, 8)))
+    with pytest.raises(ImportDataError, match="'a'"):
+        import_file(path, input_key="a", output_key="u")
+    assert not (tmp_path / "unpickled").exists()
+
+
+def test_matlab_cell_and_struct_arrays_are_refused(tmp_path):
+    path = tmp_path / "cells.mat"
+    scipy.io.savemat(path, {"c": np.array([np.zeros(3), np.ones(4)], dtype=object),
+                            "st": {"f": 1.0}, "u": np.zeros((2, 8))})
+    for key in ("c", "st"):
+        with pytest.raises(ImportDataError, match=f"'{key}'"):
+            import_file(path, input_key=key, output_key="u")
+
+
+def test_v73_cell_and_complex_are_refused(tmp_path):
+    path = tmp_path / "cells73.mat"
+    _write_v73(path, {"u": np.zeros((4, 8)), "z": np.ones((4, 8)) * 1j})
+    with h5py.File(path, "r+") as f:
+        f["c"] = np.zeros(2)
+        f["c"].attrs["MATLAB_class"] = np.bytes_("cell")
+    for key in ("c", "z"):
+        with pytest.raises(ImportDataError, match=f"'{key}'"):
+            import_file(path, input_key=key, output_key="u")
+
+
+def test_bad_files_are_refused(tmp_path):
+    (tmp_path / "junk.mat").write_bytes(b"not a mat file at all" * 20)
+    (tmp_path / "junk.h5").write_bytes(b"plain text")
+    (tmp_path / "d.csv").write_text("1,2\n")
+    for name in ("junk.mat", "junk.h5", "d.csv", "missing.npz"):
+        with pytest.raises(ImportDataError, match=name.split(".")[0]):
+            import_file(tmp_path / name, input_key="a", output_key="u")
