@@ -266,23 +266,11 @@ def cmd_train(args) -> None:
     out = Path(args.out)
     if (out / "metrics.json").exists() and not args.resume:
         raise UsageError(f"{out} already holds a finished run; choose another --out")
-    if args.resume:
-        _check_resume(out, config)
     result = train(data, config, out, resume=args.resume, progress=not args.quiet)
     figs = write_run_figures(out, result, data, config)
     summary = {k: result.metrics[k] for k in ("e1", "e2", "e3", "band_width") if k in result.metrics}
     print(json.dumps({k: round(v, 4) for k, v in summary.items()}))
     print(f"run written to {out}/ (figures: {', '.join(f.name for f in figs)})")
-
-
-def _check_resume(out: Path, config) -> None:
-    path = out / "config.json"
-    if not path.exists():  # nothing to resume: a fresh run
-        return
-    saved = json.loads(path.read_text())["train"]
-    if saved != config.to_dict():
-        diff = sorted(k for k in saved if saved[k] != config.to_dict().get(k))
-        raise UsageError(f"--resume: settings differ from the saved run ({', '.join(diff)})")
 
 
 def cmd_predict(args) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
+from . import checkpoint
 from .calibration import fit_calibration
 from .config import TrainConfig
 from .data import OperatorData
@@ -160,8 +162,10 @@ def train(
     loop = _Loop(sampler.init(dict(model.named_parameters())), gen.get_state(),
                  noise_std=energy.noise_std)
     ckpt = out / "checkpoint.pt" if out else None
+    if resume and out is not None:
+        check_resume(out, config)
     if resume and ckpt is not None and ckpt.exists():
-        loop = _load_checkpoint(ckpt, config)
+        loop = _load_checkpoint(ckpt)
         gen.set_state(loop.generator_state)
         energy.noise_std = loop.noise_std
     elif out is not None:
@@ -385,13 +389,24 @@ def write_history(path: Path, history: list[dict]) -> None:
     write_text(path, buf.getvalue())
 
 
+def check_resume(out: Path, config: TrainConfig) -> None:
+    """A resumed run must have the settings it was started with (config.json's)."""
+    path = out / "config.json"
+    if not path.exists():  # nothing to resume: a fresh run
+        return
+    saved, now = json.loads(path.read_text())["train"], config.to_dict()
+    diff = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+    if diff:
+        raise ValueError(f"resume: the settings differ from the saved run's ({', '.join(diff)})")
+
+
 def _save_checkpoint(path: Path, loop: _Loop) -> None:
-    atomic_write(path, lambda fh: torch.save(loop, fh))
+    checkpoint.save(path, {f.name: getattr(loop, f.name) for f in dataclasses.fields(loop)})
 
 
-def _load_checkpoint(path: Path, config: TrainConfig) -> _Loop:
-    # Our own file (pickled sampler state), hence weights_only=False.
-    loop = torch.load(path, weights_only=False)
-    if not isinstance(loop, _Loop):
-        raise ValueError(f"{path} is not a bdeeponet checkpoint")
-    return loop
+def _load_checkpoint(path: Path) -> _Loop:
+    state = checkpoint.load(path)  # plain tensors and numbers: torch.load(weights_only=True)
+    try:
+        return _Loop(**state)
+    except TypeError:
+        raise checkpoint.CheckpointError(f"{path} is not a checkpoint of this version") from None

@@ -1,0 +1,92 @@
+"""Checkpoints: plain tensors and numbers (weights_only), exact round trips, refusals."""
+
+import numpy as np
+import pytest
+import torch
+
+from bdeeponet import TrainConfig, checkpoint, generate, get_problem, train
+from bdeeponet.energy import GaussianEnergy
+from bdeeponet.model import DeepONet, ModelConfig, parameter_groups
+from bdeeponet.samplers import SGLD, AdamDropout, MReSGLD, ReSGLD
+
+torch.set_num_threads(1)
+
+
+class Anything:  # an object only unpickling could rebuild
+    pass
+
+
+@pytest.fixture(scope="module")
+def data():
+    return generate(get_problem("antiderivative"), 0.01, np.random.default_rng(0), n_train=40,
+                    n_test=2, m=20)
+
+
+def _chain(data, make, round_trips=()):
+    """30 steps (warm start, then sampling from step 10), the state sent through a
+    checkpoint at the steps in ``round_trips``; returns the final parameters."""
+    u, s, y = (torch.tensor(a, dtype=torch.float32) for a in (data.u_train, data.s_train, data.y))
+    torch.manual_seed(0)
+    model = DeepONet(ModelConfig(n_sensors=20, dim_y=1, width=8, latent=8, depth=2))
+    energy = GaussianEnergy(model, y, 40, 0.01, 1.0)
+    sampler = make(model)
+    state = sampler.init(dict(model.named_parameters()))
+    g = torch.Generator().manual_seed(1)
+    for k in range(30):
+        if k == 10 and not isinstance(sampler, AdamDropout):
+            sampler.end_burn_in(state, energy, (u, s), g)
+        if k in round_trips:
+            state = checkpoint.round_trip(state)
+        idx = torch.randint(0, 40, (10,), generator=g)
+        if isinstance(sampler, AdamDropout):
+            sampler.step(state, energy, (u[idx], s[idx]), g)
+        else:
+            sampler.step(state, energy, (u[idx], s[idx]), g, index=idx)
+    return torch.cat([v.flatten() for v in sampler.sample(state).values()])
+
+
+@pytest.mark.parametrize("make", [
+    lambda m: AdamDropout(lr=1e-3),
+    lambda m: SGLD(warm_steps=10),
+    lambda m: SGLD(warm_steps=10, control_variate=True),
+    lambda m: ReSGLD(warm_steps=10),
+    lambda m: MReSGLD(warm_steps=10, groups=parameter_groups(m)),
+    lambda m: MReSGLD(metric="rmsprop", groups=parameter_groups(m)),
+], ids=["adam", "sgld", "sgld-cv", "resgld", "mresgld", "mresgld-rmsprop"])
+def test_round_trip_continues_the_same_chain(data, make):
+    """Through a checkpoint during the warm start and during sampling: bit-identical."""
+    assert torch.equal(_chain(data, make), _chain(data, make, round_trips=(5, 20)))
+
+
+def test_file_holds_only_plain_types(data, tmp_path):
+    conf = TrainConfig(method="mresgld", epochs=4, batch_size=10, width=8, latent=8,
+                       checkpoint_every=2, burn_in=2, calibration=0)
+    train(data, conf, tmp_path / "run")
+    tree = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    assert tree["format"] == "bdeeponet-checkpoint-1"
+    state = checkpoint.load(tmp_path / "run" / "checkpoint.pt")
+    assert state["epoch"] == 4 and len(state["history"]) == 4
+
+
+def test_refuses_unknown_types_and_pickled_objects(tmp_path):
+    bad = {"format": "bdeeponet-checkpoint-1", "state": {"__type__": "Popen", "fields": {}}}
+    torch.save(bad, tmp_path / "a.pt")
+    with pytest.raises(checkpoint.CheckpointError, match="unknown object type 'Popen'"):
+        checkpoint.load(tmp_path / "a.pt")
+
+    torch.save({"x": Anything()}, tmp_path / "b.pt")  # needs unpickling: refused, never run
+    with pytest.raises(checkpoint.CheckpointError, match="not a readable checkpoint"):
+        checkpoint.load(tmp_path / "b.pt")
+    torch.save({"x": 1}, tmp_path / "c.pt")
+    with pytest.raises(checkpoint.CheckpointError, match="not a bdeeponet checkpoint"):
+        checkpoint.load(tmp_path / "c.pt")
+    with pytest.raises(TypeError, match="cannot checkpoint"):
+        checkpoint.encode(Anything())
+
+
+def test_library_resume_checks_the_settings(data, tmp_path):
+    conf = TrainConfig(method="sgld", epochs=4, batch_size=10, width=8, latent=8,
+                       checkpoint_every=2, calibration=0)
+    train(data, conf, tmp_path / "run")
+    with pytest.raises(ValueError, match=r"resume: the settings differ.*\(epochs, lr\)"):
+        train(data, conf.updated(epochs=6, lr=1e-3), tmp_path / "run", resume=True)
