@@ -17,11 +17,15 @@ from bdeeponet.metrics import (
     NOMINAL_LEVELS,
     all_metrics,
     calibration,
+    convergence,
     coverage,
     effective_sample_size,
+    ess_bulk,
+    ess_tail,
     gaussian_crps,
     gaussian_nll,
     relative_errors,
+    rhat,
 )
 
 torch.set_num_threads(1)
@@ -228,3 +232,45 @@ def test_effective_sample_size_degenerate_chains():
     # positive ESS (its mean is known exactly after any even number of steps)
     alt = np.tile([1.0, -1.0], 50)
     assert 1e10 < effective_sample_size(alt) < np.inf
+
+
+def _ar1_chains(rng, rho, chains, n):
+    x = np.empty((chains, n))
+    x[:, 0] = rng.standard_normal(chains)
+    for t in range(1, n):
+        x[:, t] = rho * x[:, t - 1] + np.sqrt(1 - rho**2) * rng.standard_normal(chains)
+    return x
+
+
+@pytest.mark.parametrize(("rho", "chains", "n", "shift", "cube"), [
+    (0.0, 4, 500, 0.0, False), (0.9, 4, 1000, 0.0, False), (0.95, 3, 600, 0.5, False),
+    (0.7, 8, 300, 0.0, True), (0.5, 2, 800, 0.0, False),
+])
+def test_rhat_and_ess_match_arviz(rho, chains, n, shift, cube):
+    """Rank-normalised split R̂, bulk and tail ESS against the maintained implementation
+    (arviz-stats), on AR(1) chains, shifted chains and a skewed (cubed) target."""
+    from arviz_stats.base import array_stats
+
+    x = _ar1_chains(np.random.default_rng(7), rho, chains, n)
+    x[0] += shift
+    x = x**3 if cube else x
+    kw = dict(chain_axis=0, draw_axis=1)
+    assert rhat(x) == pytest.approx(array_stats.rhat(x, method="rank", **kw), rel=1e-9)
+    assert ess_bulk(x) == pytest.approx(array_stats.ess(x, method="bulk", **kw), rel=0.01)
+    assert ess_tail(x) == pytest.approx(
+        array_stats.ess(x, method="tail", prob=(0.05, 0.95), **kw), rel=0.01)
+
+
+def test_rhat_flags_chains_that_disagree():
+    rng = np.random.default_rng(3)
+    agree = rng.standard_normal((4, 1000))
+    assert rhat(agree) < 1.01
+    apart = agree + np.arange(4)[:, None] * 0.5  # four chains in four places
+    assert rhat(apart) > 1.1
+    drifting = np.cumsum(rng.standard_normal((1, 2000)), axis=1)  # one chain, a random walk
+    assert rhat(drifting) > 1.01  # its two halves disagree
+    # AR(1): bulk ESS close to n (1 − ρ) / (1 + ρ) per chain
+    x = _ar1_chains(rng, 0.8, 4, 5000)
+    assert ess_bulk(x) == pytest.approx(4 * 5000 * 0.2 / 1.8, rel=0.15)
+    c = convergence(x[None])
+    assert set(c) == {"rhat", "ess_bulk", "ess_tail"} and c["rhat"] < 1.01

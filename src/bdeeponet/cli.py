@@ -270,6 +270,10 @@ def cmd_train(args) -> None:
     figs = write_run_figures(out, result, data, config)
     summary = {k: result.metrics[k] for k in ("e1", "e2", "e3", "band_width") if k in result.metrics}
     print(json.dumps({k: round(v, 4) for k, v in summary.items()}))
+    rhat = result.metrics.get("convergence", {}).get("rhat", 1.0)
+    if rhat > 1.01:
+        print(f"warning: the split R-hat of the sampled predictions is {rhat:.3f} (> 1.01): the "
+              "chain has not converged, so its band is not yet the posterior's", file=sys.stderr)
     print(f"run written to {out}/ (figures: {', '.join(f.name for f in figs)})")
 
 

@@ -28,7 +28,7 @@ from .data import OperatorData
 from .energy import GaussianEnergy, fan_in_prior
 from .io import atomic_write, write_json, write_text
 from .linear import LinearPosterior, fit_linear
-from .metrics import effective_sample_size, relative_errors
+from .metrics import convergence, effective_sample_size, relative_errors
 from .model import DeepONet, ModelConfig, parameter_groups, set_dropout_generator, standardisation
 from .noise import noise_sd_from_residuals
 from .posterior import Posterior, flatten
@@ -265,7 +265,7 @@ def _finish(loop, sampler, config, mconf, data, out, noise_std: float, held_out)
         metrics["metric_stiffness"] = sampling.stiffness
         metrics["langevin_step"] = min(config.step_size, sampling.max_lr)
     if config.method != "adam":
-        metrics["ess"] = _prediction_ess(post, data)
+        metrics.update(_prediction_diagnostics(post, data))
     timing = {
         "sec_per_iter": loop.step_seconds / max(loop.n_steps, 1),
         "n_iters": loop.n_steps,
@@ -372,13 +372,18 @@ def _write_run(out: Path | None, result: RunResult, data: OperatorData) -> RunRe
     return result
 
 
-def _prediction_ess(post: Posterior, data: OperatorData, n_points: int = 50) -> float:
-    """Median ESS of the sampled predictions at a few test (function, point) pairs."""
+def _prediction_diagnostics(post: Posterior, data: OperatorData, n_points: int = 50) -> dict:
+    """Convergence of the sampled predictions at a fixed set of test (function, point)
+    pairs: the median single-chain ESS (``ess``), and the worst rank-normalised split R̂
+    and bulk / tail ESS over the pairs (``convergence``)."""
     u = _tensor(data.u_test[:5])
     y = _tensor(data.y)
     traj = torch.stack(list(post.trajectories(u, y))).reshape(post.n_samples, -1).numpy()
     cols = np.linspace(0, traj.shape[1] - 1, min(n_points, traj.shape[1])).astype(int)
-    return float(np.median([effective_sample_size(traj[:, j]) for j in cols]))
+    out = {"ess": float(np.median([effective_sample_size(traj[:, j]) for j in cols]))}
+    if post.n_samples >= 4:
+        out["convergence"] = convergence(traj[:, cols].T[:, None, :])  # (points, 1 chain, draws)
+    return out
 
 
 def write_history(path: Path, history: list[dict]) -> None:
