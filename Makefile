@@ -22,9 +22,16 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# One question per script (see the README's Speed section); QUICK=1 for fewer rounds.
+BENCH_FLAGS := $(if $(QUICK),--quick,)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_generate.py
-	$(BIN)/python benchmarks/bench_samplers.py
+	$(BIN)/python benchmarks/step_cost.py $(BENCH_FLAGS)
+	$(BIN)/python benchmarks/mresgld_speedup.py $(BENCH_FLAGS)
+	$(BIN)/python benchmarks/metric_cost.py $(BENCH_FLAGS)
+	$(BIN)/python benchmarks/aligned_forward.py $(BENCH_FLAGS)
+	$(BIN)/python benchmarks/resgld_scaling.py $(BENCH_FLAGS)
+	$(BIN)/python benchmarks/step_profile.py
 
 clean:
 	rm -rf demo-output .pytest_cache

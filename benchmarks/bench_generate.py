@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from common import header
 
 from bdeeponet.grf import periodic_grf, rbf_grf
 from bdeeponet.problems import PROBLEMS, get_problem
@@ -28,6 +29,7 @@ REFINED = {
     "pendulum": {"steps_per_interval": 32},
     "diffusion_reaction": {"x_refine": 32, "t_refine": 8},
     "advection_diffusion": {},
+    "darcy": {"refine": 32},
 }
 
 
@@ -70,13 +72,14 @@ def bench_problem(name: str, x: np.ndarray) -> str:
 
 
 def main() -> None:
+    header("How long do drawing the inputs and solving take, and how accurate are the solvers?")
     x = np.linspace(0.0, 1.0, N_GRID)
     print(f"best of {REPEATS} wall times; {N_FUNCTIONS} inputs on linspace(0, 1, {N_GRID})")
     print(f"max |err| over {N_CHECK} inputs vs the same functions on a 2x finer input grid, "
           "solved with the refinement listed")
-    header = f"{'problem':<22}{'P':>6}{'draw [s]':>10}{'solve [s]':>11}{'max |err|':>12}  reference"
-    print(header)
-    print("-" * len(header))
+    head = f"{'problem':<22}{'P':>6}{'draw [s]':>10}{'solve [s]':>11}{'max |err|':>12}  reference"
+    print(head)
+    print("-" * len(head))
     for name in PROBLEMS:
         print(bench_problem(name, x))
 

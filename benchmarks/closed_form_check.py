@@ -16,7 +16,7 @@ import torch
 
 from bdeeponet import SGLD, MReSGLD, ReSGLD
 from bdeeponet.checks import LinearOperator, closed_form_problem, compare, sample_predictions
-from bdeeponet.plots import plt, save
+from bdeeponet.plots import figure, save
 
 SAMPLERS = {
     "SGLD (default)": lambda: SGLD(),
@@ -41,7 +41,8 @@ def main() -> None:
         results[label] = {**compare(preds, problem), "seconds": time.perf_counter() - t0}
         sds[label] = preds.std(0, ddof=1).ravel()
         print(f"{label:<34} " + "  ".join(f"{k} {v:.3g}" for k, v in results[label].items()))
-    fig, ax = plt.subplots(figsize=(5.5, 5))
+    fig = figure((5.5, 5))
+    ax = fig.subplots()
     exact = problem.sd.ravel()
     for label, sd in sds.items():
         ax.loglog(exact, sd, ".", ms=1.5, alpha=0.4,

@@ -1,10 +1,10 @@
-"""The paper's experiment grid (Section 5) and its executors.
+"""The executors of the paper's experiment grid (Section 5): choosing the jobs, making
+the data, running the jobs on a local process pool or a Ray cluster, then the report.
 
-A job is one (problem, noise, method, seed) run. Data sets are generated once per scenario
-(data seed 0, so the training seed is the only thing that varies across seeds) under
-``OUT/data/``; runs go to ``OUT/runs/PROBLEM-NOISE/METHOD-EPOCHSep-seedS/``. A run whose
-``metrics.json`` exists is skipped; one with a checkpoint resumes from it, so rerunning the
-command after an interruption only redoes what is missing.
+What the grid is and where its files go is in :mod:`.grid`. Data sets are generated once
+per scenario (data seed 0, so the training seed is the only thing that varies across
+seeds). A run whose ``metrics.json`` exists is skipped; one with a checkpoint resumes from
+it, so rerunning the command after an interruption only redoes what is missing.
 """
 
 from __future__ import annotations
@@ -12,85 +12,40 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
+from .grid import (
+    EXTRA_SCENARIOS,
+    PAPER_ERRORS,
+    PAPER_METHODS,
+    PAPER_SCENARIOS,
+    PAPER_TIME_RATIO,
+    RELATIVE_NOISE,
+    Job,
+    data_path,
+    scenario_name,
+)
 from .progress import Progress
 
-PAPER_SCENARIOS = (
-    ("antiderivative", 0.01), ("antiderivative", 0.05),
-    ("pendulum", 0.01), ("pendulum", 0.05),
-    ("diffusion_reaction", 0.01), ("diffusion_reaction", 0.1),
-    ("advection_diffusion", 0.01), ("advection_diffusion", 0.1),
-)
-PAPER_METHODS = ("adam", "resgld", "mresgld")
-# Beyond the paper, run only when named in ``problems``: a nonlinear operator (1-D Darcy
-# flow), with noise levels relative to the solution's standard deviation.
-EXTRA_SCENARIOS = (("darcy", 0.01), ("darcy", 0.05))
-RELATIVE_NOISE = frozenset({"darcy"})
-
-# The paper's Tables 1–8: mean e1, e2 after burn-in (8000 epochs).
-PAPER_ERRORS = {
-    ("antiderivative", 0.01): {"adam": (13.099151, 14.961829), "resgld": (6.953939, 7.35423),
-                               "mresgld": (7.82799, 8.234294)},
-    ("antiderivative", 0.05): {"adam": (14.877717, 16.611967), "resgld": (11.970458, 12.182682),
-                               "mresgld": (11.367707, 11.708988)},
-    ("pendulum", 0.01): {"adam": (16.8571, 18.6582), "resgld": (6.2147, 5.7965),
-                         "mresgld": (6.6997, 6.2231)},
-    ("pendulum", 0.05): {"adam": (18.8935, 20.6669), "resgld": (12.6139, 11.2885),
-                         "mresgld": (12.2996, 11.11955)},
-    ("diffusion_reaction", 0.01): {"adam": (31.854993, 33.759108), "resgld": (9.644058, 9.904289),
-                                   "mresgld": (11.344359, 11.62751)},
-    ("diffusion_reaction", 0.1): {"adam": (31.954806, 33.850071), "resgld": (11.670668, 12.043854),
-                                  "mresgld": (9.040757, 9.404453)},
-    ("advection_diffusion", 0.01): {"adam": (14.3524, 16.5843), "resgld": (8.9257, 9.2734),
-                                    "mresgld": (7.3409, 7.7345)},
-    ("advection_diffusion", 0.1): {"adam": (21.5141, 25.0701), "resgld": (11.2455, 11.9178),
-                                   "mresgld": (14.2553, 14.7162)},
-}
-# m-reSGLD / reSGLD per-iteration time reported in the paper (its Figures 6, 8, ...).
-PAPER_TIME_RATIO = {
-    ("antiderivative", 0.01): 0.801, ("antiderivative", 0.05): 0.769,
-    ("pendulum", 0.01): 0.7906, ("pendulum", 0.05): 0.808,
-    ("diffusion_reaction", 0.01): 0.830, ("diffusion_reaction", 0.1): 0.815,
-    ("advection_diffusion", 0.01): 0.7944, ("advection_diffusion", 0.1): 0.802,
-}
-
-
-@dataclass(frozen=True)
-class Job:
-    problem: str
-    noise: float
-    method: str
-    seed: int
-    epochs: int
-
-    @property
-    def scenario(self) -> str:
-        return scenario_name(self.problem, self.noise)
-
-    def run_dir(self, out: Path) -> Path:
-        # The length is in the name: a rerun with other --epochs never reuses these runs.
-        return out / "runs" / self.scenario / f"{self.method}-{self.epochs}ep-seed{self.seed}"
-
-
-def scenario_name(problem: str, noise: float) -> str:
-    return f"{problem}-{noise:g}"
-
-
-def data_path(out: Path, problem: str, noise: float) -> Path:
-    return out / "data" / f"{scenario_name(problem, noise)}.npz"
+# The grid's tables and paths live in .grid; they stay importable from here.
+__all__ = [
+    "EXTRA_SCENARIOS", "PAPER_ERRORS", "PAPER_METHODS", "PAPER_SCENARIOS", "PAPER_TIME_RATIO",
+    "RELATIVE_NOISE", "STEP_COST", "Job", "data_path", "ensure_data", "execute", "expected_cost",
+    "make_jobs", "reproduce", "run_job", "scenario_name", "scenarios",
+]
 
 
 def scenarios(problems=None, noises=None) -> list[tuple[str, float]]:
     """The paper's eight by default; ``problems`` filters them (and adds those of
     ``EXTRA_SCENARIOS`` it names), ``noises`` replaces their noise levels (every chosen
     problem × every given noise)."""
-    from .problems import PROBLEMS
+    from .problems import PROBLEMS, canonical_name
 
-    for p in problems or ():
+    problems = [canonical_name(p) for p in problems or ()]
+    for p in problems:
         if p not in PROBLEMS:
             raise ValueError(f"unknown problem '{p}'; choose one of: {', '.join(PROBLEMS)}")
     chosen = [s for s in PAPER_SCENARIOS + EXTRA_SCENARIOS if s[0] in problems] if problems \
@@ -129,8 +84,8 @@ def ensure_data(out: Path, scen) -> None:
             data.save(path)
 
 
-# Relative cost of one step (a replica-step is about 1; m-reSGLD's hot replica takes
-# one-group steps after burn-in), from benchmarks/bench_samplers.py.
+# Relative cost of one step, for scheduling only (a replica-step is about 1; m-reSGLD's hot
+# replica takes one-group steps after burn-in); see benchmarks/step_cost.py.
 STEP_COST = {"linear": 0.0, "adam": 1.0, "sgld": 1.0, "resgld": 2.0, "mresgld": 1.8}
 
 

@@ -1,24 +1,34 @@
-"""Figures: data distributions (paper Figs. 2, 3, 9, 13, 17), bands, convergence histories."""
+"""Figures: data distributions (paper Figs. 2, 3, 9, 13, 17), bands, convergence histories,
+and the figure sets written beside a run (:func:`write_run_figures`) and per scenario of the
+paper grid (:func:`scenario_figures`).
+
+Figures are made with :class:`matplotlib.figure.Figure` on the Agg canvas, outside pyplot:
+importing this module selects no backend, and no figure lingers in a global registry.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from .io import atomic_write  # noqa: E402
+from .calibration import Calibration, bands
+from .grid import data_path, scenario_name
+from .io import atomic_write
 
 
-def save(fig, path: str | Path) -> Path:
+def figure(figsize: tuple[float, float]) -> Figure:
+    """An empty figure drawn by Agg (any format :func:`save` is given still works)."""
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save(fig: Figure, path: str | Path) -> Path:
     suffix = Path(path).suffix.lstrip(".") or "png"
-    try:
-        atomic_write(path, lambda fh: fig.savefig(fh, format=suffix, dpi=120, bbox_inches="tight"))
-    finally:  # an unsupported format must not leak the figure
-        plt.close(fig)
+    atomic_write(path, lambda fh: fig.savefig(fh, format=suffix, dpi=120, bbox_inches="tight"))
     return Path(path)
 
 
@@ -39,7 +49,8 @@ def plot_data(data, path: str | Path, title: str | None = None) -> Path:
     x_s = data.sensors[:, 0] if data.sensors is not None else np.linspace(0, 1, data.n_sensors)
     targets = data.s_train_clean if data.s_train_clean is not None else data.s_train
     d = data.y.shape[1]
-    fig, axes = plt.subplots(1, 2 if d == 1 else 3, figsize=(11 if d == 1 else 15, 3.6))
+    fig = figure((11 if d == 1 else 15, 3.6))
+    axes = fig.subplots(1, 2 if d == 1 else 3)
     _spread(axes[0], x_s, data.u_train, "tab:blue", "u")
     axes[0].set_xlabel("sensor location")
     axes[0].set_title("input functions u")
@@ -86,7 +97,8 @@ def band_axes(ax, y, truth, mean, lower, upper, title: str) -> None:
 
 
 def plot_band(y, truth, mean, lower, upper, path, title: str = "") -> Path:
-    fig, ax = plt.subplots(figsize=(5, 3.6))
+    fig = figure((5, 3.6))
+    ax = fig.subplots()
     band_axes(ax, y, truth, mean, lower, upper, title)
     return save(fig, path)
 
@@ -94,7 +106,8 @@ def plot_band(y, truth, mean, lower, upper, path, title: str = "") -> Path:
 def plot_history(history: list[dict], path, title: str = "", burn_in: int | None = None) -> Path:
     """e1 and e2 of the current sample and of the running posterior mean, per epoch."""
     epochs = np.array([r["epoch"] for r in history])
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    fig = figure((11, 3.6))
+    axes = fig.subplots(1, 2)
     for ax, key in zip(axes, ("e1", "e2"), strict=True):
         ax.semilogy(epochs, [r[key] for r in history], lw=0.8, label="current sample")
         mean = np.array([r.get(f"{key}_mean", np.nan) for r in history], dtype=float)
@@ -113,7 +126,8 @@ def plot_history(history: list[dict], path, title: str = "", burn_in: int | None
 def plot_convergence(histories: dict[str, list[dict]], path, title: str = "") -> Path:
     """The paper's convergence figure: e1 (left) and e2 (right) of the current sample for
     the whole run, the first 1000 and the last 1000 epochs (rows), one line per method."""
-    fig, axes = plt.subplots(3, 2, figsize=(11, 9), squeeze=False)
+    fig = figure((11, 9))
+    axes = fig.subplots(3, 2, squeeze=False)
     for method, hist in histories.items():
         ep = np.array([r["epoch"] for r in hist])
         n = len(ep)
@@ -142,7 +156,8 @@ def plot_convergence(histories: dict[str, list[dict]], path, title: str = "") ->
 
 def plot_bands(y, truth, panels: dict[str, dict], path, title: str = "") -> Path:
     """One test trajectory, one panel per method, each with its e3 in the title."""
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
+    fig = figure((4.5 * len(panels), 3.6))
+    axes = fig.subplots(1, len(panels), squeeze=False)
     for ax, (method, p) in zip(axes[0], panels.items(), strict=True):
         inside = (truth >= p["lower"]) & (truth <= p["upper"])
         band_axes(ax, np.asarray(y), truth, p["mean"], p["lower"], p["upper"],
@@ -155,7 +170,8 @@ def plot_bands(y, truth, panels: dict[str, dict], path, title: str = "") -> Path
 
 def plot_iteration_time(histories: dict[str, list[dict]], path, title: str = "") -> Path:
     """Seconds per iteration, per epoch, of reSGLD and m-reSGLD, with each mean."""
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    fig = figure((6, 3.6))
+    ax = fig.subplots()
     for method, hist in histories.items():
         sec = np.array([r["sec_per_iter"] for r in hist]) * 1e3
         ax.plot([r["epoch"] for r in hist], sec, lw=0.6,
@@ -169,7 +185,8 @@ def plot_iteration_time(histories: dict[str, list[dict]], path, title: str = "")
 
 def plot_calibration(calibrations: dict[str, list[dict]], path, title: str = "") -> Path:
     """Observed vs nominal coverage of the central Gaussian band (mean over seeds)."""
-    fig, ax = plt.subplots(figsize=(4.5, 4.2))
+    fig = figure((4.5, 4.2))
+    ax = fig.subplots()
     ax.plot([0, 100], [0, 100], "k:", lw=1, label="ideal")
     for method, cals in calibrations.items():
         levels = sorted(cals[0], key=float)
@@ -180,3 +197,59 @@ def plot_calibration(calibrations: dict[str, list[dict]], path, title: str = "")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     return save(fig, path)
+
+
+# ---------------------------------------------------------------- figure sets
+
+
+def write_run_figures(out: Path, result, data, config, index: int = 0) -> list[Path]:
+    """Beside a run: ``history.png`` (e1/e2 per epoch) and ``band.png`` (test function
+    ``index`` with the run's 95% band, calibrated when the run was)."""
+    post = result.posterior
+    pred = post.predict(data.u_test[index : index + 1], data.y, seed=config.seed)
+    band = bands(pred["mean"].numpy(), pred["std"].numpy(), post.noise_std,
+                 Calibration.from_dict(post.calibration))
+    mean, lower, upper = (band[k][0] for k in ("mean", "lower", "upper"))
+    truth = data.s_test[index]
+    inside = 100 * float(np.mean((truth >= lower) & (truth <= upper)))
+    what = "calibrated 95% band" if post.calibration else "95% band"
+    title = f"{config.method}: test function {index}, {what} covers {inside:.0f}%"
+    return [
+        plot_history(result.history, out / "history.png", title=config.method,
+                     burn_in=config.burn_in_epochs),
+        plot_band(np.asarray(data.y), truth, mean, lower, upper, out / "band.png", title=title),
+    ]
+
+
+def scenario_figures(out: Path, problem: str, noise: float, records: dict, methods) -> list[Path]:
+    """A scenario of the paper grid, under ``out/figures/``: convergence, the bands of test
+    function 0, time per iteration, calibration. ``records``: as :func:`.report.collect`
+    returns them (the first seed of each method is drawn)."""
+    from .data import load
+    from .run import load_run, predict
+
+    name = scenario_name(problem, noise)
+    figdir = out / "figures"
+    first = {m: records[(problem, noise, m)][0] for m in methods if records[(problem, noise, m)]}
+    if not first:
+        return []
+    title = f"{problem}, σ = {noise:g}"
+    figs = [plot_convergence({m: r["history"] for m, r in first.items()},
+                             figdir / f"{name}-convergence.png", title)]
+    data = load(data_path(out, problem, noise))
+    panels = {}
+    for m, rec in first.items():
+        pred = predict(load_run(rec["dir"]), data.u_test[:1], data.y)
+        panels[m] = {k: v[0] for k, v in pred.items()}
+    figs.append(plot_bands(data.y, data.s_test[0], panels, figdir / f"{name}-bands.png", title))
+    timed = {m: first[m]["history"] for m in ("resgld", "mresgld") if m in first}
+    if len(timed) == 2:
+        figs.append(plot_iteration_time(timed, figdir / f"{name}-time.png", title))
+    calib = {}
+    for m in first:
+        recs = [r["metrics"] for r in records[(problem, noise, m)]]
+        calib[f"{m} raw"] = [r["calibration"] for r in recs]
+        if all((r.get("coverage") or {}).get("calibrated") for r in recs):
+            calib[f"{m} calibrated"] = [r["coverage"]["calibrated"]["pointwise"] for r in recs]
+    figs.append(plot_calibration(calib, figdir / f"{name}-calibration.png", title))
+    return figs

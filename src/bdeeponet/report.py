@@ -1,5 +1,7 @@
-"""Figures of one run (written beside it by ``train``) and the report of the paper grid:
-CSV and Markdown tables, figures and a self-contained ``report.html``."""
+"""The report of the paper grid: CSV and Markdown tables, and a self-contained
+``report.html`` with the figures of :mod:`.plots` embedded.
+
+It reads the run directories the grid left behind (their layout is in :mod:`.grid`)."""
 
 from __future__ import annotations
 
@@ -13,30 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .calibration import Calibration, bands
+from .grid import PAPER_ERRORS, PAPER_TIME_RATIO
 from .io import write_text
-from .plots import plot_band, plot_history
-
-
-def write_run_figures(out: Path, result, data, config, index: int = 0) -> list[Path]:
-    """``history.png`` (e1/e2 per epoch) and ``band.png`` (test function ``index``)."""
-    post = result.posterior
-    pred = post.predict(data.u_test[index : index + 1], data.y, seed=config.seed)
-    band = bands(pred["mean"].numpy(), pred["std"].numpy(), post.noise_std,
-                 Calibration.from_dict(post.calibration))
-    mean, lower, upper = (band[k][0] for k in ("mean", "lower", "upper"))
-    truth = data.s_test[index]
-    inside = 100 * float(np.mean((truth >= lower) & (truth <= upper)))
-    what = "calibrated 95% band" if post.calibration else "95% band"
-    title = f"{config.method}: test function {index}, {what} covers {inside:.0f}%"
-    return [
-        plot_history(result.history, out / "history.png", title=config.method,
-                     burn_in=config.burn_in_epochs),
-        plot_band(np.asarray(data.y), truth, mean, lower, upper, out / "band.png", title=title),
-    ]
-
-
-# ---------------------------------------------------------------- the paper grid's report
+from .plots import scenario_figures
+from .plots import write_run_figures as write_run_figures  # imported from here by cli.py
 
 METRIC_COLUMNS = ("e1_after_burn_in", "e2_after_burn_in", "e1", "e2", "e3", "band_width", "nll",
                   "crps", "sec_per_iter")
@@ -74,8 +56,6 @@ def _value(rec: dict, key: str) -> float:
 
 def summary_rows(records: dict) -> list[dict]:
     """One row per (problem, noise, method): mean and sd over seeds, and the paper's e1/e2."""
-    from .experiments import PAPER_ERRORS
-
     rows = []
     for (problem, noise, method), recs in records.items():
         row = {"problem": problem, "noise": noise, "method": method, "n_seeds": len(recs)}
@@ -91,8 +71,6 @@ def summary_rows(records: dict) -> list[dict]:
 
 def time_ratio_rows(records: dict, scen) -> list[dict]:
     """m-reSGLD / reSGLD per-iteration time per scenario (seed-paired), beside the paper's."""
-    from .experiments import PAPER_TIME_RATIO
-
     rows = []
     for problem, noise in scen:
         re, mre = records.get((problem, noise, "resgld"), []), records.get((problem, noise, "mresgld"), [])
@@ -206,40 +184,6 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
     writer.writeheader()
     writer.writerows(rows)
     write_text(path, buf.getvalue())
-
-
-def scenario_figures(out: Path, problem: str, noise: float, records: dict, methods) -> list[Path]:
-    """Convergence, bands of test function 0, time per iteration, calibration."""
-    from .data import load
-    from .experiments import data_path, scenario_name
-    from .plots import plot_bands, plot_calibration, plot_convergence, plot_iteration_time
-    from .run import load_run, predict
-
-    name = scenario_name(problem, noise)
-    figdir = out / "figures"
-    first = {m: records[(problem, noise, m)][0] for m in methods if records[(problem, noise, m)]}
-    if not first:
-        return []
-    title = f"{problem}, σ = {noise:g}"
-    figs = [plot_convergence({m: r["history"] for m, r in first.items()},
-                             figdir / f"{name}-convergence.png", title)]
-    data = load(data_path(out, problem, noise))
-    panels = {}
-    for m, rec in first.items():
-        pred = predict(load_run(rec["dir"]), data.u_test[:1], data.y)
-        panels[m] = {k: v[0] for k, v in pred.items()}
-    figs.append(plot_bands(data.y, data.s_test[0], panels, figdir / f"{name}-bands.png", title))
-    timed = {m: first[m]["history"] for m in ("resgld", "mresgld") if m in first}
-    if len(timed) == 2:
-        figs.append(plot_iteration_time(timed, figdir / f"{name}-time.png", title))
-    calib = {}
-    for m in first:
-        recs = [r["metrics"] for r in records[(problem, noise, m)]]
-        calib[f"{m} raw"] = [r["calibration"] for r in recs]
-        if all((r.get("coverage") or {}).get("calibrated") for r in recs):
-            calib[f"{m} calibrated"] = [r["coverage"]["calibrated"]["pointwise"] for r in recs]
-    figs.append(plot_calibration(calib, figdir / f"{name}-calibration.png", title))
-    return figs
 
 
 def write_report(out: Path, jobs, wall_seconds: float | None = None,

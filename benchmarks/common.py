@@ -1,0 +1,148 @@
+"""What the benchmarks share: the machine they ran on, a sampler set up the way
+``bdeeponet.train`` sets it up, and interleaved timing with ``torch.utils.benchmark``.
+
+A benchmark measures the library, not a copy of it: the model comes from
+``train.model_config``, the sampler from ``train.build_sampler`` (the samplers' own
+constructors, with the run's defaults), and a step is the sampler's own ``step`` on a
+minibatch drawn as a run draws it. What is wired here is only what ``train`` wires inline:
+the energy, the generator, the phases.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils import benchmark
+
+import bdeeponet
+from bdeeponet import DeepONet, GaussianEnergy, OperatorData, TrainConfig
+from bdeeponet.energy import fan_in_prior
+from bdeeponet.model import set_dropout_generator
+from bdeeponet.train import build_sampler, model_config
+
+NOISE_STD = 0.01
+SEED = 0
+
+
+def header(question: str) -> None:
+    """One thread (as in the grid's workers), then the question, the machine, the command."""
+    torch.set_num_threads(1)
+    print(question)
+    print(f"machine: {cpu_name()}, {os.cpu_count()} cores, {platform.system()} "
+          f"{platform.release()}; python {platform.python_version()}, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} thread")
+    print("command: python " + " ".join(sys.argv))
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def problem_data(name: str, **params) -> OperatorData:
+    """A problem's data set at the paper's sizes (1000 training functions, m = 100)."""
+    return bdeeponet.generate(bdeeponet.get_problem(name, **params), NOISE_STD,
+                              np.random.default_rng(SEED))
+
+
+@dataclass
+class Chain:
+    """A sampler on a data set, stepping through reshuffled minibatches as a run does."""
+
+    sampler: object
+    state: object
+    energy: GaussianEnergy
+    u: torch.Tensor
+    s: torch.Tensor
+    batches: list[torch.Tensor]
+    generator: torch.Generator
+    cursor: int = 0
+
+    def step(self) -> dict:
+        idx = self.batches[self.cursor % len(self.batches)]
+        self.cursor += 1
+        return self.sampler.step(self.state, self.energy, (self.u[idx], self.s[idx]),
+                                 self.generator, index=idx)
+
+
+def sampler_on(data: OperatorData, method: str, sampling: bool = True, warmup: int = 10,
+               **config) -> Chain:
+    """``method`` with the run's defaults (``TrainConfig(method=method, **config)``), after
+    ``warmup`` burn-in steps; with ``sampling``, ``end_burn_in`` and ``warmup`` more steps:
+    the sampling phase, where the Kronecker metric is used and m-reSGLD's hot replica
+    updates one net."""
+    conf = TrainConfig(method=method, **config)
+    with torch.random.fork_rng():
+        torch.manual_seed(conf.seed)
+        model = DeepONet(model_config(conf, data))
+    u, s, y = (torch.as_tensor(np.asarray(a), dtype=torch.float32)
+               for a in (data.u_train, data.s_train, data.y))
+    energy = GaussianEnergy(model, y, data.n_train, data.noise_std,
+                            fan_in_prior(model, conf.prior_std))
+    order = torch.randperm(data.n_train, generator=torch.Generator().manual_seed(SEED))
+    batches = list(order.split(conf.batch_size))
+    sampler = build_sampler(conf, model, len(batches))
+    gen = torch.Generator().manual_seed(conf.seed + 1)
+    set_dropout_generator(model, gen)
+    model.train(method == "adam")
+    chain = Chain(sampler, sampler.init(dict(model.named_parameters())), energy, u, s, batches,
+                  gen)
+    for _ in range(warmup):
+        chain.step()
+    if sampling:
+        sampler.end_burn_in(chain.state, energy, (u, s), gen)
+        for _ in range(warmup):
+            chain.step()
+    return chain
+
+
+def seconds_per_call(fn: Callable[[], object], min_run_time: float) -> float:
+    """Median seconds per call of ``fn`` over the blocks of ``blocked_autorange``."""
+    timer = benchmark.Timer("fn()", globals={"fn": fn}, num_threads=1)
+    return timer.blocked_autorange(min_run_time=min_run_time).median
+
+
+def interleaved(fns: dict[str, Callable[[], object]], rounds: int,
+                min_run_time: float) -> dict[str, list[float]]:
+    """Seconds per call of each ``fn``, once per round, the order rotated every round: on a
+    shared machine a slow spell then hits every variant alike, and a ratio taken within a
+    round compares like with like."""
+    names = list(fns)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            times[name].append(seconds_per_call(fns[name], min_run_time))
+    return times
+
+
+def median_iqr(values) -> tuple[float, float, float]:
+    """(median, 25th, 75th percentile)."""
+    q25, q50, q75 = np.percentile(values, [25, 50, 75])
+    return float(q50), float(q25), float(q75)
+
+
+def ratio(num: list[float], den: list[float]) -> tuple[float, float, float]:
+    """Median and quartiles of the within-round ratios ``num / den``."""
+    return median_iqr([a / b for a, b in zip(num, den, strict=True)])
+
+
+def fmt_ratio(r: tuple[float, float, float]) -> str:
+    return f"{r[0]:.2f} [{r[1]:.2f}, {r[2]:.2f}]"
+
+
+def fmt_ms(values: list[float]) -> str:
+    med, q25, q75 = median_iqr(values)
+    return f"{1e3 * med:.3f} [{1e3 * q25:.3f}, {1e3 * q75:.3f}]"

@@ -1,0 +1,55 @@
+"""What does one iteration of each method cost, at the anti-derivative's size (P = 100 query
+points, 1-D y) and a PDE's (P = 1024, 2-D y)?
+
+Each method as a run of the grid has it (``TrainConfig`` defaults: batch of 100 functions,
+width 64, depth 2, latent 64), timed in the sampling phase (after ``end_burn_in``), plus the
+SG-MCMC burn-in step (the Adam warm start). Ratios are to one SGLD step measured in the same
+rounds. ``experiments.STEP_COST`` (the grid's scheduling weights) rests on these ratios.
+
+Run: python benchmarks/step_cost.py [--quick] [--pde advection_diffusion|diffusion_reaction]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from common import fmt_ms, fmt_ratio, header, interleaved, problem_data, ratio, sampler_on
+
+VARIANTS = {
+    # label: (method, sampling phase)
+    "Adam + MC dropout": ("adam", False),
+    "SG-MCMC burn-in (Adam warm start)": ("sgld", False),
+    "SGLD": ("sgld", True),
+    "reSGLD": ("resgld", True),
+    "m-reSGLD (c = 0.7)": ("mresgld", True),
+}
+
+
+def table(data, rounds: int, min_run_time: float) -> None:
+    chains = {label: sampler_on(data, method, sampling=sampling)
+              for label, (method, sampling) in VARIANTS.items()}
+    times = interleaved({k: c.step for k, c in chains.items()}, rounds, min_run_time)
+    n_points, dim_y = data.y.shape
+    print(f"\n{data.meta.get('problem', '?')}: P = {n_points} query points (d = {dim_y}), "
+          f"batch 100 functions; {rounds} rounds")
+    head = f"{'method':<36}{'ms / iteration [IQR]':>26}{'x SGLD [IQR]':>22}"
+    print(head)
+    print("-" * len(head))
+    for label, t in times.items():
+        print(f"{label:<36}{fmt_ms(t):>26}{fmt_ratio(ratio(t, times['SGLD'])):>22}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 rounds of 0.2 s per variant")
+    parser.add_argument("--pde", default="advection_diffusion",
+                        choices=["advection_diffusion", "diffusion_reaction"])
+    args = parser.parse_args()
+    header(" ".join(__doc__.split("\n\n")[0].split()))
+    rounds, min_run_time = (3, 0.2) if args.quick else (7, 1.0)
+    table(problem_data("antiderivative"), rounds, min_run_time)
+    table(problem_data(args.pde), rounds, min_run_time)
+
+
+if __name__ == "__main__":
+    main()
