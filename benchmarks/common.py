@@ -1,11 +1,10 @@
 """What the benchmarks share: the machine they ran on, a sampler set up the way
 ``bdeeponet.train`` sets it up, and interleaved timing with ``torch.utils.benchmark``.
 
-A benchmark measures the library, not a copy of it: the model comes from
-``train.model_config``, the sampler from ``train.build_sampler`` (the samplers' own
-constructors, with the run's defaults), and a step is the sampler's own ``step`` on a
-minibatch drawn as a run draws it. What is wired here is only what ``train`` wires inline:
-the energy, the generator, the phases.
+A benchmark measures the library, not a copy of it: the model, energy, sampler and
+generator come from ``bdeeponet.train.setup`` (what ``train`` itself builds, with the run's
+defaults), and a step is the sampler's own ``step`` on a minibatch drawn as a run draws
+it. What is wired here is only the phases.
 """
 
 from __future__ import annotations
@@ -21,10 +20,8 @@ import torch
 from torch.utils import benchmark
 
 import bdeeponet
-from bdeeponet import DeepONet, GaussianEnergy, OperatorData, TrainConfig
-from bdeeponet.energy import fan_in_prior
-from bdeeponet.model import set_dropout_generator
-from bdeeponet.train import build_sampler, model_config
+from bdeeponet import GaussianEnergy, OperatorData, TrainConfig
+from bdeeponet.train import setup
 
 NOISE_STD = 0.01
 SEED = 0
@@ -84,25 +81,15 @@ def sampler_on(data: OperatorData, method: str, sampling: bool = True, warmup: i
     the sampling phase, where the Kronecker metric is used and m-reSGLD's hot replica
     updates one net."""
     conf = TrainConfig(method=method, **config)
-    with torch.random.fork_rng():
-        torch.manual_seed(conf.seed)
-        model = DeepONet(model_config(conf, data))
-    u, s, y = (torch.as_tensor(np.asarray(a), dtype=torch.float32)
-               for a in (data.u_train, data.s_train, data.y))
-    energy = GaussianEnergy(model, y, data.n_train, data.noise_std,
-                            fan_in_prior(model, conf.prior_std))
+    run = setup(data, conf, data.noise_std)
     order = torch.randperm(data.n_train, generator=torch.Generator().manual_seed(SEED))
     batches = list(order.split(conf.batch_size))
-    sampler = build_sampler(conf, model, len(batches))
-    gen = torch.Generator().manual_seed(conf.seed + 1)
-    set_dropout_generator(model, gen)
-    model.train(method == "adam")
-    chain = Chain(sampler, sampler.init(dict(model.named_parameters())), energy, u, s, batches,
-                  gen)
+    chain = Chain(run.sampler, run.sampler.init(dict(run.model.named_parameters())), run.energy,
+                  run.u, run.s, batches, run.generator)
     for _ in range(warmup):
         chain.step()
     if sampling:
-        sampler.end_burn_in(chain.state, energy, (u, s), gen)
+        run.sampler.end_burn_in(chain.state, run.energy, (run.u, run.s), run.generator)
         for _ in range(warmup):
             chain.step()
     return chain

@@ -108,3 +108,17 @@ def test_longest_runs_are_scheduled_first(tmp_path):
     assert [(j.problem, j.method) for j in order[:3]] == [
         ("advection_diffusion", m) for m in ("resgld", "mresgld", "adam")]
     assert {j.method for j in order[-2:]} == {"linear"}
+
+
+def test_convergence_table_reads_the_runs_diagnostics():
+    from bdeeponet.report import convergence_markdown, convergence_rows
+
+    runs = [{"metrics": {"convergence": {"rhat": r, "ess_bulk": 10.0, "ess_tail": 20.0}}}
+            for r in (1.5, 1.1)]
+    records = {("pendulum", 0.01, "resgld"): runs,
+               ("pendulum", 0.01, "adam"): [{"metrics": {}}]}  # Adam samples nothing
+    rows = convergence_rows(records)
+    assert rows == [{"problem": "pendulum", "noise": 0.01, "method": "resgld", "rhat": 1.3,
+                     "rhat_max": 1.5, "ess_bulk": 10.0, "ess_tail": 20.0}]
+    assert "| pendulum 0.01 | resgld | 1.300 | 1.500 | 10.0 | 20.0 |" in convergence_markdown(rows)
+    assert convergence_markdown([]) == ""

@@ -116,6 +116,37 @@ def swap_rows(records: dict) -> list[dict]:
     return rows
 
 
+def convergence_rows(records: dict) -> list[dict]:
+    """Split R̂ and bulk / tail ESS of the sampled predictions (the worst over the fixed test
+    points of each run), mean and worst over seeds; runs written before these existed have
+    none."""
+    rows = []
+    for (problem, noise, method), recs in records.items():
+        conv = [r["metrics"]["convergence"] for r in recs if "convergence" in r["metrics"]]
+        if conv:
+            rows.append({"problem": problem, "noise": noise, "method": method,
+                         "rhat": float(np.mean([c["rhat"] for c in conv])),
+                         "rhat_max": float(np.max([c["rhat"] for c in conv])),
+                         "ess_bulk": float(np.mean([c["ess_bulk"] for c in conv])),
+                         "ess_tail": float(np.mean([c["ess_tail"] for c in conv]))})
+    return rows
+
+
+def convergence_markdown(conv: list[dict]) -> str:
+    if not conv:
+        return ""
+    lines = ["### Convergence of the sampled predictions", "",
+             "Rank-normalised split R̂ (above 1.01: not converged) and bulk / tail ESS at 50 "
+             "fixed test points, the worst point of each run; mean over seeds (R̂: also the "
+             "worst seed).", "",
+             "| scenario | method | R̂ | R̂ (worst seed) | bulk ESS | tail ESS |",
+             "|---|---|---|---|---|---|"]
+    for r in conv:
+        lines.append(f"| {r['problem']} {r['noise']:g} | {r['method']} | {r['rhat']:.3f} | "
+                     f"{r['rhat_max']:.3f} | {r['ess_bulk']:.1f} | {r['ess_tail']:.1f} |")
+    return "\n".join(lines + [""])
+
+
 def _fmt(mean: float, sd: float) -> str:
     if not np.isfinite(mean):
         return "–"
@@ -194,12 +225,15 @@ def write_report(out: Path, jobs, wall_seconds: float | None = None,
     seeds = list(dict.fromkeys(j.seed for j in jobs))
     records = collect(out, jobs)
     rows, ratios = summary_rows(records), time_ratio_rows(records, scen)
-    cal, swaps = calibration_rows(records), swap_rows(records)
+    cal, swaps, conv = calibration_rows(records), swap_rows(records), convergence_rows(records)
     _write_csv(out / "results.csv", rows)
     _write_csv(out / "time_ratio.csv", ratios)
     _write_csv(out / "calibration.csv", cal)
     _write_csv(out / "swaps.csv", swaps)
-    md = markdown_tables(rows, ratios) + "\n" + calibration_markdown(cal, swaps)
+    if conv:
+        _write_csv(out / "convergence.csv", conv)
+    md = (markdown_tables(rows, ratios) + "\n" + calibration_markdown(cal, swaps) + "\n"
+          + convergence_markdown(conv))
     write_text(out / "results.md", md)
     figs = [f for p, n in scen for f in scenario_figures(out, p, n, records, methods)]
     info = _machine_info(methods, seeds, wall_seconds)

@@ -123,6 +123,43 @@ def _tensor(a) -> torch.Tensor:
     return torch.as_tensor(np.asarray(a), dtype=torch.float32)
 
 
+@dataclass
+class Setup:
+    """A run's pieces before its first step, as :func:`train` builds them (benchmarks and
+    experiments build theirs here too): the model at its seeded initial weights, the energy,
+    the sampler with the run's defaults, the run's generator and the training tensors."""
+
+    model: DeepONet
+    model_config: ModelConfig
+    energy: GaussianEnergy
+    sampler: object
+    generator: torch.Generator
+    u: torch.Tensor
+    s: torch.Tensor
+    y: torch.Tensor
+    steps_per_epoch: int
+
+
+def setup(data: OperatorData, config: TrainConfig, noise_std: float | None) -> Setup:
+    """The model, energy, sampler and generator of a run of ``config`` on ``data`` (the
+    training functions only: split the calibration ones off first). ``noise_std`` None (to
+    be estimated) starts the energy at a tenth of the targets' spread."""
+    mconf = model_config(config, data)
+    with torch.random.fork_rng():  # initial weights from the run's seed, global RNG untouched
+        torch.manual_seed(config.seed)
+        model = DeepONet(mconf)
+    u, s, y = _tensor(data.u_train), _tensor(data.s_train), _tensor(data.y)
+    prior = fan_in_prior(model, config.prior_std) if config.prior == "fan_in" else config.prior_std
+    energy = GaussianEnergy(model, y, data.n_train,
+                            noise_std if noise_std is not None else 0.1 * float(s.std()), prior)
+    steps_per_epoch = -(-data.n_train // config.batch_size)
+    sampler = build_sampler(config, model, steps_per_epoch)
+    gen = torch.Generator().manual_seed(config.seed + 1)
+    set_dropout_generator(model, gen)
+    model.train(config.method == "adam")
+    return Setup(model, mconf, energy, sampler, gen, u, s, y, steps_per_epoch)
+
+
 def train(
     data: OperatorData,
     config: TrainConfig,
@@ -143,21 +180,10 @@ def train(
         if sigma is None:
             raise ValueError("the linear baseline needs a known noise level: pass --noise-std SD")
         return _train_linear(data, config, sigma, out, held_out)
-    mconf = model_config(config, data)
-    with torch.random.fork_rng():  # initial weights from the run's seed, global RNG untouched
-        torch.manual_seed(config.seed)
-        model = DeepONet(mconf)
-    u, s, y = _tensor(data.u_train), _tensor(data.s_train), _tensor(data.y)
+    run = setup(data, config, sigma)
+    model, mconf, energy, sampler, gen = run.model, run.model_config, run.energy, run.sampler, run.generator
+    u, s, y = run.u, run.s, run.y
     u_test, s_test = _tensor(data.u_test), data.s_test
-    # unknown σ: start from a tenth of the targets' spread, refined every burn-in epoch
-    prior = fan_in_prior(model, config.prior_std) if config.prior == "fan_in" else config.prior_std
-    energy = GaussianEnergy(model, y, data.n_train,
-                            sigma if sigma is not None else 0.1 * float(s.std()), prior)
-    steps_per_epoch = -(-data.n_train // config.batch_size)
-    sampler = build_sampler(config, model, steps_per_epoch)
-    gen = torch.Generator().manual_seed(config.seed + 1)
-    set_dropout_generator(model, gen)
-    model.train(config.method == "adam")
 
     loop = _Loop(sampler.init(dict(model.named_parameters())), gen.get_state(),
                  noise_std=energy.noise_std)
@@ -346,7 +372,8 @@ def _test_metrics(post, data: OperatorData, seed: int, held_out) -> dict:
 def recalibrate(run_dir: str | Path, data: OperatorData) -> dict:
     """Refit the bands' calibration of a finished run on its own held-out functions (the
     split is fixed by the run's seed and ``calibration`` fraction) and rewrite its
-    ``posterior.pt`` and the test metrics in ``metrics.json``; returns the metrics."""
+    ``posterior.pt`` and the test metrics and convergence diagnostics in ``metrics.json``;
+    returns the metrics."""
     from .run import load_run
 
     run = load_run(run_dir)
@@ -354,6 +381,8 @@ def recalibrate(run_dir: str | Path, data: OperatorData) -> dict:
     if held_out is None:
         raise ValueError(f"{run_dir} was trained without held-out functions (calibration = 0)")
     metrics = {**run.metrics, **_test_metrics(run.posterior, data, run.config.seed, held_out)}
+    if run.config.method not in ("adam", "linear"):  # also for runs written before R̂ existed
+        metrics.update(_prediction_diagnostics(run.posterior, data))
     path = Path(run_dir)
     atomic_write(path / "posterior.pt", lambda fh: torch.save(run.posterior.state_dict(), fh))
     write_json(path / "metrics.json", metrics)
