@@ -106,10 +106,11 @@ def save(path: str | Path, state: dict) -> None:
                                               "state": encode(state)}, fh))
 
 
-def load(path: str | Path) -> dict:
-    """The state :func:`save` wrote; CheckpointError for anything else."""
+def load(path: str | Path, device: torch.device | str | None = None) -> dict:
+    """The state :func:`save` wrote (its tensors moved to ``device`` when given);
+    CheckpointError for anything else."""
     try:
-        tree = torch.load(path, weights_only=True)
+        tree = torch.load(path, weights_only=True, map_location=device)
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise CheckpointError(f"{path} is not a readable checkpoint ({first})") from None

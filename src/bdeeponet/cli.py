@@ -67,6 +67,12 @@ def _add_train(sub):
     p.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
+    _device_option(p)
+
+
+def _device_option(p) -> None:
+    p.add_argument("--device", default="auto", metavar="auto|cpu|cuda[:N]",
+                   help="where to compute; auto: a CUDA GPU when torch sees one, else the CPU")
 
 
 def config_options(parser) -> None:
@@ -124,9 +130,11 @@ def _add_predict_evaluate(sub):
                    help="nominal level of the pointwise bands")
     p.add_argument("--function-level", type=_level, default=0.95,
                    help="nominal level of the function-level band")
+    _device_option(p)
     p = sub.add_parser("evaluate", help="metrics of a run on a data file's test set (JSON)")
     p.add_argument("run", help="run directory")
     p.add_argument("data", help="aligned operator data (.npz)")
+    _device_option(p)
     p = sub.add_parser("calibrate", help="refit a finished run's band calibration on its "
                        "held-out training functions (rewrites posterior.pt and metrics.json)")
     p.add_argument("run", help="run directory")
@@ -152,6 +160,7 @@ def _add_reproduce(sub):
                    help="where the runs execute: local processes or a Ray cluster")
     p.add_argument("--ray-address", help="address of a running Ray cluster (default: start one)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    _device_option(p)
 
 
 def _add_import(sub):
@@ -266,7 +275,8 @@ def cmd_train(args) -> None:
     out = Path(args.out)
     if (out / "metrics.json").exists() and not args.resume:
         raise UsageError(f"{out} already holds a finished run; choose another --out")
-    result = train(data, config, out, resume=args.resume, progress=not args.quiet)
+    result = train(data, config, out, resume=args.resume, progress=not args.quiet,
+                   device=args.device)
     figs = write_run_figures(out, result, data, config)
     summary = {k: result.metrics[k] for k in ("e1", "e2", "e3", "band_width") if k in result.metrics}
     print(json.dumps({k: round(v, 4) for k, v in summary.items()}))
@@ -288,7 +298,7 @@ def cmd_predict(args) -> None:
         raise UsageError(f"{args.input}: missing key 'u' (input functions, shape (n, m))")
     u = arrays["u"]
     y = arrays["y"] if "y" in arrays else _run_query_points(run)
-    out = predict(run, u, y, args.level, args.function_level)
+    out = predict(run, u, y, args.level, args.function_level, device=args.device)
     meta = json.dumps({"level": args.level, "function_level": args.function_level,
                        "noise_std": run.posterior.noise_std,
                        "calibrated": bool(run.posterior.calibration)})
@@ -310,7 +320,7 @@ def cmd_evaluate(args) -> None:
 
     run = load_run(args.run)
     data = load(args.data)
-    print(json.dumps(evaluate(run, data), indent=2))
+    print(json.dumps(evaluate(run, data, device=args.device), indent=2))
 
 
 def cmd_calibrate(args) -> None:
@@ -326,7 +336,8 @@ def cmd_reproduce(args) -> None:
     from .experiments import reproduce
 
     report = reproduce(args.out, args.problems, args.noises, args.methods, args.epochs, args.seeds,
-                       args.workers, args.executor, not args.quiet, args.ray_address)
+                       args.workers, args.executor, not args.quiet, args.ray_address,
+                       args.device)
     print((Path(args.out) / "results.md").read_text())
     print(f"report: {report} (tables: results.md, results.csv, time_ratio.csv; figures/)")
 

@@ -93,7 +93,8 @@ class GaussianEnergy:
             grads = backward(r.mul_(scale / self.noise_std**2))
             if isinstance(self.prior_std, dict):
                 norms = torch.stack(torch._foreach_norm(list(params.values())))
-                prec = torch.tensor([self.prior_precision(n) for n in params], dtype=norms.dtype)
+                prec = torch.tensor([self.prior_precision(n) for n in params], dtype=norms.dtype,
+                                    device=norms.device)
                 prior = 0.5 * (norms.square() * prec).sum()
                 torch._foreach_add_(list(grads.values()), torch._foreach_mul(
                     [params[n] for n in grads], [self.prior_precision(n) for n in grads]))

@@ -97,8 +97,8 @@ def expected_cost(out: Path, job: Job) -> float:
     return job.epochs * STEP_COST.get(job.method, 1.0) * (1.0 + n_points / 300)
 
 
-def run_job(out: str, job: dict) -> dict:
-    """Train one job (in a worker: one torch thread). Returns its metrics and timing."""
+def run_job(out: str, job: dict, device: str = "cpu") -> dict:
+    """Train one job on ``device`` (in a worker: one torch thread). Returns the job."""
     import torch
 
     from .config import TrainConfig
@@ -112,7 +112,7 @@ def run_job(out: str, job: dict) -> dict:
     if not (run_dir / "metrics.json").exists():
         data = load(data_path(out, job.problem, job.noise))
         config = TrainConfig(method=job.method, epochs=job.epochs, seed=job.seed)
-        train(data, config, run_dir, resume=True)
+        train(data, config, run_dir, resume=True, device=device)
     return asdict(job)
 
 
@@ -123,9 +123,9 @@ def _init_worker() -> None:
 
 
 def execute(out: Path, jobs: list[Job], workers: int = 2, executor: str = "local",
-            progress: bool = True, ray_address: str | None = None) -> int:
-    """Run the unfinished jobs on a local process pool or a Ray cluster; returns how many
-    it ran."""
+            progress: bool = True, ray_address: str | None = None, device: str = "cpu") -> int:
+    """Run the unfinished jobs on a local process pool or a Ray cluster, each on ``device``;
+    returns how many it ran."""
     todo = [j for j in jobs if not (j.run_dir(out) / "metrics.json").exists()]
     # Longest first, so no worker is left with one long run at the end while the others idle.
     costs = {j: expected_cost(out, j) for j in todo}
@@ -134,9 +134,9 @@ def execute(out: Path, jobs: list[Job], workers: int = 2, executor: str = "local
     bar = _GridProgress(Progress(len(jobs), enabled=progress, start=done, label="runs"),
                         done, costs)
     if executor == "local":
-        _execute_local(out, todo, workers, bar)
+        _execute_local(out, todo, workers, bar, device)
     elif executor == "ray":
-        _execute_ray(out, todo, bar, ray_address)
+        _execute_ray(out, todo, bar, ray_address, device)
     else:
         raise ValueError(f"unknown executor '{executor}'; choose one of: local, ray")
     bar.progress.close()
@@ -158,18 +158,18 @@ class _GridProgress:
         self.progress.update(self.done, work=self.done_cost / self.total_cost)
 
 
-def _execute_local(out, todo, workers, bar) -> None:
+def _execute_local(out, todo, workers, bar, device) -> None:
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     ctx = mp.get_context("spawn")  # no forked torch thread pools
     with cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker) as pool:
-        futures = {pool.submit(run_job, str(out), asdict(j)): j for j in todo}
+        futures = {pool.submit(run_job, str(out), asdict(j), device): j for j in todo}
         for fut in cf.as_completed(futures):
             fut.result()
             bar.finished(futures[fut])
 
 
-def _execute_ray(out, todo, bar, address) -> None:
+def _execute_ray(out, todo, bar, address, device) -> None:
     try:
         import ray
     except ImportError:
@@ -180,7 +180,7 @@ def _execute_ray(out, todo, bar, address) -> None:
         ray.init(address=address, log_to_driver=False, **local)
     try:
         remote = ray.remote(num_cpus=1)(run_job)  # one task per (scenario, method, seed)
-        refs = {remote.remote(str(out.resolve()), asdict(j)): j for j in todo}
+        refs = {remote.remote(str(out.resolve()), asdict(j), device): j for j in todo}
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
@@ -193,14 +193,17 @@ def _execute_ray(out, todo, bar, address) -> None:
 
 def reproduce(out, problems=None, noises=None, methods=PAPER_METHODS, epochs=8000,
               seeds=(0,), workers=2, executor="local", progress=True,
-              ray_address=None) -> Path:
-    """The whole Section 5: data, runs, then tables, figures and ``report.html``."""
+              ray_address=None, device="auto") -> Path:
+    """The whole Section 5: data, runs (each on ``device``), then tables, figures and
+    ``report.html``."""
+    from .device import resolve_device
     from .report import write_report
 
+    device = str(resolve_device(device))  # a bad or missing device fails before any work
     out = Path(out)
     scen = scenarios(problems, noises)
     jobs = make_jobs(scen, methods, seeds, epochs)
     ensure_data(out, scen)
     t0 = time.perf_counter()
-    n_trained = execute(out, jobs, workers, executor, progress, ray_address)
+    n_trained = execute(out, jobs, workers, executor, progress, ray_address, device)
     return write_report(out, jobs, wall_seconds=time.perf_counter() - t0, n_trained=n_trained)

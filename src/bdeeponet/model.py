@@ -77,7 +77,7 @@ class Dropout(nn.Module):
         """A fresh scaled mask (keep / (1 - p)) shaped like ``x``, or None when inactive."""
         if not self.training or self.p == 0:
             return None
-        keep = torch.rand(x.shape, generator=self.generator, dtype=x.dtype) >= self.p
+        keep = torch.rand(x.shape, generator=self.generator, dtype=x.dtype, device=x.device) >= self.p
         return keep.to(x.dtype) / (1 - self.p)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -58,12 +58,19 @@ class Posterior:
     def n_samples(self) -> int:
         return self.mc_dropout or self.samples.shape[0]
 
+    def to(self, device: torch.device | str) -> Posterior:
+        """Compute predictions on ``device`` from now on (in place; returns self)."""
+        self.model.to(device)
+        self.samples = self.samples.to(device)
+        self.template = {k: v.detach() for k, v in self.model.named_parameters()}
+        return self
+
     def trajectories(self, u: torch.Tensor, y: torch.Tensor, seed: int = 0):
         """Yield each of the M predictions (n, P) in turn (memory O(n P), not O(M n P))."""
         with torch.no_grad():
             if self.mc_dropout:
                 params = unflatten(self.samples[0], self.template)
-                gen = torch.Generator().manual_seed(seed)
+                gen = torch.Generator(device=self.samples.device).manual_seed(seed)
                 set_dropout_generator(self.model, gen)
                 self.model.train()
                 for _ in range(self.mc_dropout):
@@ -75,8 +82,8 @@ class Posterior:
 
     def predict(self, u, y, z: float = 2.0, seed: int = 0) -> dict[str, torch.Tensor]:
         """Mean, std, lower, upper, each (n, P); std is the sample standard deviation."""
-        u = torch.as_tensor(u, dtype=torch.float32)
-        y = torch.as_tensor(y, dtype=torch.float32)
+        u = torch.as_tensor(u, dtype=torch.float32, device=self.samples.device)
+        y = torch.as_tensor(y, dtype=torch.float32, device=self.samples.device)
         total = sq = None
         for k, pred in enumerate(self.trajectories(u, y, seed)):
             pred = pred.double()
@@ -85,7 +92,7 @@ class Posterior:
         m = self.n_samples
         mean = total / m
         var = (sq / m - mean**2).clamp_min(0.0) * (m / max(m - 1, 1))
-        std = var.sqrt()
+        mean, std = mean.cpu(), var.sqrt().cpu()
         return {"mean": mean, "std": std, "lower": mean - z * std, "upper": mean + z * std}
 
     def state_dict(self) -> dict:

@@ -12,6 +12,7 @@ import torch
 from .calibration import Calibration, bands, coverage_table
 from .config import TrainConfig
 from .data import OperatorData
+from .device import resolve_device
 from .linear import LinearPosterior
 from .metrics import all_metrics
 from .posterior import Posterior
@@ -57,8 +58,8 @@ def load_run(path: str | Path) -> Run:
     return Run(path, config, posterior, metrics)
 
 
-def predict(run: Run, u, y, level: float = 0.95, function_level: float = 0.95
-            ) -> dict[str, np.ndarray]:
+def predict(run: Run, u, y, level: float = 0.95, function_level: float = 0.95,
+            device: torch.device | str | None = "cpu") -> dict[str, np.ndarray]:
     """The prediction for inputs u (n, m) at points y (P, d), each (n, P): ``mean``, ``std``
     and the bands of :mod:`.calibration` (``lower``/``upper``: the solution at ``level``;
     ``obs_*``: a new measurement; ``sim_*``: the whole trajectory at ``function_level``)."""
@@ -72,6 +73,8 @@ def predict(run: Run, u, y, level: float = 0.95, function_level: float = 0.95
     for key, a in (("u", u), ("y", y)):
         if not np.all(np.isfinite(a)):
             raise ValueError(f"'{key}' contains NaN or inf")
+    if isinstance(run.posterior, Posterior):
+        run.posterior.to(resolve_device(device))
     out = run.posterior.predict(u, y, seed=run.config.seed)
     post = run.posterior
     return bands(out["mean"].numpy(), out["std"].numpy(), post.noise_std,
@@ -86,9 +89,9 @@ def _float_array(key: str, a) -> np.ndarray:
         raise ValueError(f"'{key}' must hold numbers, got dtype {kind}") from None
 
 
-def evaluate(run: Run, data: OperatorData) -> dict:
+def evaluate(run: Run, data: OperatorData, device: torch.device | str | None = "cpu") -> dict:
     """Metrics of the run's predictive distribution on ``data``'s test set."""
-    pred = predict(run, data.u_test, data.y)
+    pred = predict(run, data.u_test, data.y, device=device)
     return test_metrics(pred["mean"], pred["std"], data.s_test, run.posterior)
 
 

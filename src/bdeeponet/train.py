@@ -25,6 +25,7 @@ from . import checkpoint
 from .calibration import fit_calibration
 from .config import TrainConfig
 from .data import OperatorData
+from .device import resolve_device
 from .energy import GaussianEnergy, fan_in_prior
 from .io import atomic_write, write_json, write_text
 from .linear import LinearPosterior, fit_linear
@@ -119,8 +120,8 @@ def residual_sd(model: DeepONet, params, u: torch.Tensor, s: torch.Tensor, y: to
     return noise_sd_from_residuals(residuals, y)
 
 
-def _tensor(a) -> torch.Tensor:
-    return torch.as_tensor(np.asarray(a), dtype=torch.float32)
+def _tensor(a, device: torch.device | str = "cpu") -> torch.Tensor:
+    return torch.as_tensor(np.asarray(a), dtype=torch.float32, device=device)
 
 
 @dataclass
@@ -140,21 +141,23 @@ class Setup:
     steps_per_epoch: int
 
 
-def setup(data: OperatorData, config: TrainConfig, noise_std: float | None) -> Setup:
+def setup(data: OperatorData, config: TrainConfig, noise_std: float | None,
+          device: torch.device | str = "cpu") -> Setup:
     """The model, energy, sampler and generator of a run of ``config`` on ``data`` (the
-    training functions only: split the calibration ones off first). ``noise_std`` None (to
-    be estimated) starts the energy at a tenth of the targets' spread."""
+    training functions only: split the calibration ones off first), on ``device``.
+    ``noise_std`` None (to be estimated) starts the energy at a tenth of the targets' spread."""
+    device = torch.device(device)
     mconf = model_config(config, data)
     with torch.random.fork_rng():  # initial weights from the run's seed, global RNG untouched
         torch.manual_seed(config.seed)
-        model = DeepONet(mconf)
-    u, s, y = _tensor(data.u_train), _tensor(data.s_train), _tensor(data.y)
+        model = DeepONet(mconf).to(device)  # drawn on the CPU: the same weights on any device
+    u, s, y = (_tensor(a, device) for a in (data.u_train, data.s_train, data.y))
     prior = fan_in_prior(model, config.prior_std) if config.prior == "fan_in" else config.prior_std
     energy = GaussianEnergy(model, y, data.n_train,
                             noise_std if noise_std is not None else 0.1 * float(s.std()), prior)
     steps_per_epoch = -(-data.n_train // config.batch_size)
     sampler = build_sampler(config, model, steps_per_epoch)
-    gen = torch.Generator().manual_seed(config.seed + 1)
+    gen = torch.Generator(device=device).manual_seed(config.seed + 1)
     set_dropout_generator(model, gen)
     model.train(config.method == "adam")
     return Setup(model, mconf, energy, sampler, gen, u, s, y, steps_per_epoch)
@@ -166,13 +169,17 @@ def train(
     out: str | Path | None = None,
     resume: bool = False,
     progress: bool = False,
+    device: torch.device | str | None = "auto",
 ) -> RunResult:
     """Train ``config.method`` on ``data``; with ``out``, write the run directory there.
+    ``device``: where to compute (``auto``: a CUDA GPU when present; see :mod:`.device`);
+    the posterior it returns and writes lives on the CPU.
 
     With an unknown noise level (``noise_std="auto"``, or a file without ``noise_std``) σ
     is re-estimated from the training residuals after every burn-in epoch (empirical Bayes
     at the warm start) and held fixed while sampling.
     """
+    device = resolve_device(device)
     sigma = resolve_noise_std(config, data)
     out = Path(out) if out is not None else None
     data, held_out = split_calibration(data, config)
@@ -180,10 +187,10 @@ def train(
         if sigma is None:
             raise ValueError("the linear baseline needs a known noise level: pass --noise-std SD")
         return _train_linear(data, config, sigma, out, held_out)
-    run = setup(data, config, sigma)
+    run = setup(data, config, sigma, device)
     model, mconf, energy, sampler, gen = run.model, run.model_config, run.energy, run.sampler, run.generator
     u, s, y = run.u, run.s, run.y
-    u_test, s_test = _tensor(data.u_test), data.s_test
+    u_test, s_test = _tensor(data.u_test, device), data.s_test
 
     loop = _Loop(sampler.init(dict(model.named_parameters())), gen.get_state(),
                  noise_std=energy.noise_std)
@@ -191,7 +198,7 @@ def train(
     if resume and out is not None:
         check_resume(out, config)
     if resume and ckpt is not None and ckpt.exists():
-        loop = _load_checkpoint(ckpt)
+        loop = _load_checkpoint(ckpt, device)
         gen.set_state(loop.generator_state)
         energy.noise_std = loop.noise_std
     elif out is not None:
@@ -211,16 +218,16 @@ def train(
             model.eval()
             pred = functional_call(model, params, (u_test, y)).double()
             model.train(was_training)
-        row["e1"], row["e2"] = relative_errors(pred.numpy(), s_test)
+        row["e1"], row["e2"] = relative_errors(pred.cpu().numpy(), s_test)
         row["noise_std"] = energy.noise_std
         loop.epoch += 1
         if loop.epoch > config.burn_in_epochs and (
             (loop.epoch - config.burn_in_epochs) % config.thin_epochs == 0
         ):
-            loop.samples.append(flatten(params).clone())
+            loop.samples.append(flatten(params).cpu().clone())
             loop.test_pred_sum = pred if loop.test_pred_sum is None else loop.test_pred_sum + pred
         if loop.test_pred_sum is not None and config.method != "adam":
-            mean = (loop.test_pred_sum / len(loop.samples)).numpy()
+            mean = (loop.test_pred_sum / len(loop.samples)).cpu().numpy()
             row["e1_mean"], row["e2_mean"] = relative_errors(mean, s_test)
         loop.history.append(row)
         bar.update(loop.epoch, e2=row["e2"], swap=row["swap_rate"])
@@ -243,7 +250,7 @@ def train(
 
 def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfig) -> dict:
     u, s = train_data
-    order = torch.randperm(u.shape[0], generator=gen)
+    order = torch.randperm(u.shape[0], generator=gen, device=gen.device)
     energies, swaps, seconds = [], [], 0.0
     for start in range(0, u.shape[0], config.batch_size):
         idx = order[start : start + config.batch_size]
@@ -269,7 +276,7 @@ def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfi
 
 def _finish(loop, sampler, config, mconf, data, out, noise_std: float, held_out) -> RunResult:
     if config.method == "adam":
-        post = Posterior(mconf, flatten(sampler.sample(loop.state))[None], config.mc_samples,
+        post = Posterior(mconf, flatten(sampler.sample(loop.state)).cpu()[None], config.mc_samples,
                          noise_std)
     else:
         post = Posterior(mconf, torch.stack(loop.samples), noise_std=noise_std)
@@ -438,8 +445,8 @@ def _save_checkpoint(path: Path, loop: _Loop) -> None:
     checkpoint.save(path, {f.name: getattr(loop, f.name) for f in dataclasses.fields(loop)})
 
 
-def _load_checkpoint(path: Path) -> _Loop:
-    state = checkpoint.load(path)  # plain tensors and numbers: torch.load(weights_only=True)
+def _load_checkpoint(path: Path, device: torch.device) -> _Loop:
+    state = checkpoint.load(path, device)  # plain tensors and numbers: weights_only=True
     try:
         return _Loop(**state)
     except TypeError:

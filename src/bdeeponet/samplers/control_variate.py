@@ -47,7 +47,8 @@ class ControlVariate:
     def at(cls, energy, chain: Chain, data) -> ControlVariate:
         """Anchor at ``chain``'s current parameters; ``data = (u, s)`` all N functions."""
         u, s = data
-        rows = torch.empty(u.shape[0], chain.flat.numel(), dtype=chain.flat.dtype)
+        rows = torch.empty(u.shape[0], chain.flat.numel(), dtype=chain.flat.dtype,
+                           device=chain.flat.device)
         names = list(chain.params)
         for f in range(u.shape[0]):  # one function per call: its own gradient c_f
             _, grads = energy_and_grads(energy, chain.params, (u[f : f + 1], s[f : f + 1]), names)

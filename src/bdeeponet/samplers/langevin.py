@@ -42,7 +42,8 @@ class Chain:
         if sorted(order) != sorted(params):
             raise ValueError("order must list every parameter name exactly once")
         first = next(iter(params.values()))
-        self.flat = torch.empty(sum(p.numel() for p in params.values()), dtype=first.dtype)
+        self.flat = torch.empty(sum(p.numel() for p in params.values()), dtype=first.dtype,
+                                device=first.device)
         self.offsets: dict[str, tuple[int, int]] = {}
         start = 0
         for name in order:
@@ -107,7 +108,7 @@ class Preconditioner:
             return
         if self.sq_avg is None:
             self.sq_avg, self.sq_slow, self.weight, self.weight_slow = (
-                torch.zeros(size, dtype=g.dtype) for _ in range(4))
+                torch.zeros(size, dtype=g.dtype, device=g.device) for _ in range(4))
         for v, w, beta in ((self.sq_avg, self.weight, self.beta),
                            (self.sq_slow, self.weight_slow, self.beta_slow)):
             v[span].mul_(beta).addcmul_(g, g, value=1 - beta)
@@ -171,7 +172,7 @@ def langevin_update(
     (which must be contiguous in the chain's layout), and the preconditioner's averages."""
     span, g = chain.flat_grad(grads)
     theta = chain.flat[span]
-    noise = torch.randn(g.shape, generator=generator, dtype=g.dtype)
+    noise = torch.randn(g.shape, generator=generator, dtype=g.dtype, device=g.device)
     if precond is None:
         theta.add_(g, alpha=-lr).add_(noise, alpha=(2 * lr * tau) ** 0.5)
     else:

@@ -38,7 +38,8 @@ class MReSGLD(ReSGLD):
         if not state.accelerated:
             return None
         first, second = self.groups.values()
-        gamma = float(torch.rand((), generator=generator, dtype=torch.float64))
+        gamma = float(torch.rand((), generator=generator, dtype=torch.float64,
+                                 device=generator.device))
         return list(first) if gamma < self.c else list(second)
 
     def layout(self, params) -> list[str]:

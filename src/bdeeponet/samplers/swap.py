@@ -47,9 +47,10 @@ def estimator_variance(terms: torch.Tensor, scale: float, n_total: int) -> float
 def accept_swap(log_rate: float, generator: torch.Generator) -> bool:
     """Metropolis test ``u < r̂`` with ``u ~ U(0, 1)`` from ``generator``."""
     if log_rate >= 0:
-        torch.rand((), generator=generator)  # keep the random stream independent of the outcome
+        torch.rand((), generator=generator, device=generator.device)  # stream independent of the outcome
         return True
-    return math.log(float(torch.rand((), generator=generator, dtype=torch.float64))) < log_rate
+    u = torch.rand((), generator=generator, dtype=torch.float64, device=generator.device)
+    return math.log(float(u)) < log_rate
 
 
 class RunningVariance:

@@ -1,0 +1,70 @@
+"""--device: resolution, refusal without a GPU, and (where a GPU exists) agreement with
+the CPU. CI has no GPU: the GPU tests run only on a machine with one."""
+
+import numpy as np
+import pytest
+import torch
+
+from bdeeponet import TrainConfig, generate, get_problem, train
+from bdeeponet.cli import main
+from bdeeponet.device import resolve_device
+
+torch.set_num_threads(1)
+GPU = torch.cuda.is_available()
+needs_gpu = pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+no_gpu = pytest.mark.skipif(GPU, reason="checks the refusal on a machine without a GPU")
+
+
+def test_resolve():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if GPU else "cpu")
+    assert resolve_device(None) == resolve_device("auto")
+    for bad in ("gpu", "cuda:x", "CPU", 3):
+        with pytest.raises(ValueError, match="device must be auto, cpu, cuda or cuda:N"):
+            resolve_device(bad)
+
+
+@no_gpu
+def test_cuda_without_a_gpu_is_refused(tmp_path, capsys):
+    with pytest.raises(ValueError, match="torch sees no CUDA GPU"):
+        resolve_device("cuda")
+    data = generate(get_problem("antiderivative"), 0.01, np.random.default_rng(0), n_train=10,
+                    n_test=2, m=20)
+    data.save(tmp_path / "d.npz")
+    rc = main(["train", str(tmp_path / "d.npz"), "--out", str(tmp_path / "run"), "--device",
+               "cuda", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and err.startswith("error: device cuda")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture(scope="module")
+def small():
+    return generate(get_problem("antiderivative"), 0.01, np.random.default_rng(0), n_train=60,
+                    n_test=5, m=20)
+
+
+CONF = dict(epochs=8, batch_size=20, width=16, latent=16, burn_in=4, calibration=0.2)
+
+
+@pytest.mark.parametrize("method", ["adam", "sgld", "resgld", "mresgld"])
+def test_cpu_is_the_default_here_and_bit_reproducible(small, method):
+    if GPU:
+        pytest.skip("auto picks the GPU on this machine")
+    conf = TrainConfig(method=method, **CONF)
+    a, b = train(small, conf), train(small, conf, device="cpu")
+    assert torch.equal(a.posterior.samples, b.posterior.samples)
+
+
+@needs_gpu
+@pytest.mark.parametrize("method", ["adam", "sgld", "resgld", "mresgld"])
+def test_gpu_matches_the_cpu_to_rounding(small, method):
+    """Same seed, same draws: during the warm start the two runs agree to rounding (the
+    sampling phase then amplifies rounding like any chain, so compare the means only)."""
+    conf = TrainConfig(method=method, **CONF)
+    cpu, gpu = train(small, conf, device="cpu"), train(small, conf, device="cuda")
+    assert gpu.posterior.samples.device.type == "cpu"  # the posterior comes back to the CPU
+    for key in ("e1", "e2"):
+        assert gpu.metrics[key] == pytest.approx(cpu.metrics[key], rel=0.05)
+    gpu2 = train(small, conf, device="cuda")
+    assert torch.allclose(gpu.posterior.samples, gpu2.posterior.samples, rtol=1e-4, atol=1e-5)
