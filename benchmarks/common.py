@@ -75,15 +75,15 @@ class Chain:
 
 
 def sampler_on(data: OperatorData, method: str, sampling: bool = True, warmup: int = 10,
-               **config) -> Chain:
+               device: str = "cpu", **config) -> Chain:
     """``method`` with the run's defaults (``TrainConfig(method=method, **config)``), after
     ``warmup`` burn-in steps; with ``sampling``, ``end_burn_in`` and ``warmup`` more steps:
     the sampling phase, where the Kronecker metric is used and m-reSGLD's hot replica
     updates one net."""
     conf = TrainConfig(method=method, **config)
-    run = setup(data, conf, data.noise_std)
+    run = setup(data, conf, data.noise_std, device)
     order = torch.randperm(data.n_train, generator=torch.Generator().manual_seed(SEED))
-    batches = list(order.split(conf.batch_size))
+    batches = [b.to(device) for b in order.split(conf.batch_size)]
     chain = Chain(run.sampler, run.sampler.init(dict(run.model.named_parameters())), run.energy,
                   run.u, run.s, batches, run.generator)
     for _ in range(warmup):

@@ -7,6 +7,7 @@ SG-MCMC burn-in step (the Adam warm start). Ratios are to one SGLD step measured
 rounds. ``experiments.STEP_COST`` (the grid's scheduling weights) rests on these ratios.
 
 Run: python benchmarks/step_cost.py [--quick] [--pde advection_diffusion|diffusion_reaction]
+     [--device cpu|cuda]   (on a GPU one chain is launch-bound: see the README, Speed)
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import argparse
 
 from common import fmt_ms, fmt_ratio, header, interleaved, problem_data, ratio, sampler_on
+
+from bdeeponet.device import resolve_device
 
 VARIANTS = {
     # label: (method, sampling phase)
@@ -25,13 +28,13 @@ VARIANTS = {
 }
 
 
-def table(data, rounds: int, min_run_time: float) -> None:
-    chains = {label: sampler_on(data, method, sampling=sampling)
+def table(data, rounds: int, min_run_time: float, device: str = "cpu") -> None:
+    chains = {label: sampler_on(data, method, sampling=sampling, device=device)
               for label, (method, sampling) in VARIANTS.items()}
     times = interleaved({k: c.step for k, c in chains.items()}, rounds, min_run_time)
     n_points, dim_y = data.y.shape
     print(f"\n{data.meta.get('problem', '?')}: P = {n_points} query points (d = {dim_y}), "
-          f"batch 100 functions; {rounds} rounds")
+          f"batch 100 functions; {rounds} rounds; device {device}")
     head = f"{'method':<36}{'ms / iteration [IQR]':>26}{'x SGLD [IQR]':>22}"
     print(head)
     print("-" * len(head))
@@ -44,11 +47,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="3 rounds of 0.2 s per variant")
     parser.add_argument("--pde", default="advection_diffusion",
                         choices=["advection_diffusion", "diffusion_reaction"])
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     args = parser.parse_args()
+    device = str(resolve_device(args.device))
     header(" ".join(__doc__.split("\n\n")[0].split()))
     rounds, min_run_time = (3, 0.2) if args.quick else (7, 1.0)
-    table(problem_data("antiderivative"), rounds, min_run_time)
-    table(problem_data(args.pde), rounds, min_run_time)
+    table(problem_data("antiderivative"), rounds, min_run_time, device)
+    table(problem_data(args.pde), rounds, min_run_time, device)
 
 
 if __name__ == "__main__":

@@ -58,13 +58,12 @@ def test_cpu_is_the_default_here_and_bit_reproducible(small, method):
 
 @needs_gpu
 @pytest.mark.parametrize("method", ["adam", "sgld", "resgld", "mresgld"])
-def test_gpu_matches_the_cpu_to_rounding(small, method):
-    """Same seed, same draws: during the warm start the two runs agree to rounding (the
-    sampling phase then amplifies rounding like any chain, so compare the means only)."""
+def test_gpu_runs_repeat_and_agree_with_the_cpu_in_distribution(small, method):
+    """The GPU's generator (Philox) draws other numbers than the CPU's for the same seed, so
+    a GPU run is another chain than the CPU run: it must repeat itself to rounding, come
+    back as a CPU posterior, and land near the CPU run's accuracy."""
     conf = TrainConfig(method=method, **CONF)
-    cpu, gpu = train(small, conf, device="cpu"), train(small, conf, device="cuda")
+    cpu, gpu, gpu2 = (train(small, conf, device=d) for d in ("cpu", "cuda", "cuda"))
     assert gpu.posterior.samples.device.type == "cpu"  # the posterior comes back to the CPU
-    for key in ("e1", "e2"):
-        assert gpu.metrics[key] == pytest.approx(cpu.metrics[key], rel=0.05)
-    gpu2 = train(small, conf, device="cuda")
     assert torch.allclose(gpu.posterior.samples, gpu2.posterior.samples, rtol=1e-4, atol=1e-5)
+    assert gpu.metrics["e2"] == pytest.approx(cpu.metrics["e2"], rel=0.15)

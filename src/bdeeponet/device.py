@@ -1,9 +1,10 @@
 """Where a run computes: ``auto`` (a CUDA GPU when torch sees one, else the CPU), ``cpu``,
 ``cuda`` or ``cuda:N``. Data, model, samplers and the run's random generator all live there.
 
-CPU results are bit-reproducible for a seed. On a GPU the same seed gives the same draws,
-but floating-point reductions may be ordered differently, so results agree with the CPU's
-only to rounding (a chain's trajectory then drifts apart slowly, as two chains would).
+CPU results are bit-reproducible for a seed. A GPU's generator (Philox) draws other numbers
+than the CPU's for the same seed, so a GPU run is a different chain from the CPU run of
+that seed (the same in distribution); it repeats itself to rounding (samples within 1e-4
+relative, measured on an H100).
 """
 
 from __future__ import annotations
