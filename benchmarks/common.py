@@ -133,3 +133,25 @@ def fmt_ratio(r: tuple[float, float, float]) -> str:
 def fmt_ms(values: list[float]) -> str:
     med, q25, q75 = median_iqr(values)
     return f"{1e3 * med:.3f} [{1e3 * q25:.3f}, {1e3 * q75:.3f}]"
+
+
+def print_ratio_table(times: dict[str, list[float]], baseline: str, first: str,
+                      width: int = 36) -> None:
+    """ms per call [IQR] of each variant and its within-round ratio to ``baseline``."""
+    head = f"{first:<{width}}{'ms / iteration [IQR]':>26}{f'x {baseline} [IQR]':>22}"
+    print(head)
+    print("-" * len(head))
+    for label, t in times.items():
+        print(f"{label:<{width}}{fmt_ms(t):>26}{fmt_ratio(ratio(t, times[baseline])):>22}")
+
+
+def parser_for(doc: str):
+    """The options the timing scripts share: --quick and --pde; returns (parser, timing),
+    ``timing(args)`` giving (rounds, min_run_time)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 rounds of 0.2 s per variant")
+    parser.add_argument("--pde", default="advection_diffusion",
+                        choices=["advection_diffusion", "diffusion_reaction"])
+    return parser, lambda args: (3, 0.2) if args.quick else (7, 1.0)

@@ -12,9 +12,7 @@ Run: python benchmarks/mresgld_speedup.py [--quick] [--pde advection_diffusion|d
 
 from __future__ import annotations
 
-import argparse
-
-from common import fmt_ms, fmt_ratio, header, interleaved, problem_data, ratio, sampler_on
+from common import header, interleaved, parser_for, print_ratio_table, problem_data, sampler_on
 
 from bdeeponet.grid import PAPER_TIME_RATIO
 
@@ -32,23 +30,16 @@ def table(data, rounds: int, min_run_time: float) -> None:
     times = interleaved({k: c.step for k, c in chains.items()}, rounds, min_run_time)
     print(f"\n{data.meta.get('problem', '?')}: P = {data.y.shape[0]}, batch 100 functions; "
           f"{rounds} rounds")
-    head = f"{'sampler':<32}{'ms / iteration [IQR]':>26}{'x reSGLD [IQR]':>22}"
-    print(head)
-    print("-" * len(head))
-    for label, t in times.items():
-        print(f"{label:<32}{fmt_ms(t):>26}{fmt_ratio(ratio(t, times['reSGLD'])):>22}")
+    print_ratio_table(times, "reSGLD", "sampler", width=32)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="3 rounds of 0.2 s per variant")
-    parser.add_argument("--pde", default="advection_diffusion",
-                        choices=["advection_diffusion", "diffusion_reaction"])
+    parser, timing = parser_for(__doc__)
     args = parser.parse_args()
     header(__doc__.splitlines()[0])
     paper = PAPER_TIME_RATIO.values()
     print(f"the paper's m-reSGLD / reSGLD: {min(paper):.2f}-{max(paper):.2f}")
-    rounds, min_run_time = (3, 0.2) if args.quick else (7, 1.0)
+    rounds, min_run_time = timing(args)
     table(problem_data("antiderivative"), rounds, min_run_time)
     table(problem_data(args.pde), rounds, min_run_time)
 

@@ -12,9 +12,7 @@ Run: python benchmarks/step_cost.py [--quick] [--pde advection_diffusion|diffusi
 
 from __future__ import annotations
 
-import argparse
-
-from common import fmt_ms, fmt_ratio, header, interleaved, problem_data, ratio, sampler_on
+from common import header, interleaved, parser_for, print_ratio_table, problem_data, sampler_on
 
 from bdeeponet.device import resolve_device
 
@@ -35,23 +33,16 @@ def table(data, rounds: int, min_run_time: float, device: str = "cpu") -> None:
     n_points, dim_y = data.y.shape
     print(f"\n{data.meta.get('problem', '?')}: P = {n_points} query points (d = {dim_y}), "
           f"batch 100 functions; {rounds} rounds; device {device}")
-    head = f"{'method':<36}{'ms / iteration [IQR]':>26}{'x SGLD [IQR]':>22}"
-    print(head)
-    print("-" * len(head))
-    for label, t in times.items():
-        print(f"{label:<36}{fmt_ms(t):>26}{fmt_ratio(ratio(t, times['SGLD'])):>22}")
+    print_ratio_table(times, "SGLD", "method")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="3 rounds of 0.2 s per variant")
-    parser.add_argument("--pde", default="advection_diffusion",
-                        choices=["advection_diffusion", "diffusion_reaction"])
+    parser, timing = parser_for(__doc__)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     args = parser.parse_args()
     device = str(resolve_device(args.device))
     header(" ".join(__doc__.split("\n\n")[0].split()))
-    rounds, min_run_time = (3, 0.2) if args.quick else (7, 1.0)
+    rounds, min_run_time = timing(args)
     table(problem_data("antiderivative"), rounds, min_run_time, device)
     table(problem_data(args.pde), rounds, min_run_time, device)
 
