@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from bdeeponet import TrainConfig, checkpoint, generate, get_problem, train
-from bdeeponet.train import TrainingDiverged
+from bdeeponet.model import DeepONet
+from bdeeponet.train import TrainingDiverged, model_config
 
 torch.set_num_threads(1)
 # Long enough that the run cannot finish in the moment between its first checkpoint and the kill.
@@ -110,3 +111,18 @@ def test_antiderivative_end_to_end_beats_the_paper(anti_data, method, bound):
     assert 0.0 < m["band_width"] < 0.5, m
     assert abs(m["coverage"]["calibrated"]["pointwise"]["0.95"] - 95) <= 5, m["coverage"]
     assert m["e3"] < m["coverage"]["calibrated"]["pointwise"]["0.95"]
+
+
+@pytest.mark.parametrize("method", ["adam", "sgld", "resgld", "mresgld"])
+def test_each_sampler_reports_its_own_metrics(small_data, method):
+    """What a method adds to metrics.json comes from its sampler's report()."""
+    data, _ = small_data
+    conf = TrainConfig(method=method, epochs=12, batch_size=10, width=8, latent=8, burn_in=4)
+    m = train(data, conf).metrics
+    assert ("metric_stiffness" in m) == ("langevin_step" in m) == (method != "adam")
+    assert ("convergence" in m) == (method != "adam")
+    swaps = {"swap_rate", "swap", "energy_estimator_sd"}
+    assert swaps <= set(m) if method.endswith("resgld") else not swaps & set(m)
+    if method.endswith("resgld"):
+        d = sum(p.numel() for p in DeepONet(model_config(conf, data)).parameters())
+        assert m["swap"]["parameters"] == d and 0 <= m["swap_rate"] <= 1

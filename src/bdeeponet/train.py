@@ -36,7 +36,6 @@ from .posterior import Posterior, flatten
 from .progress import Progress
 from .run import test_metrics
 from .samplers import METHODS
-from .samplers.swap import communication_barrier, predicted_swap_rate
 
 HISTORY_COLUMNS = (
     "epoch", "e1", "e2", "e1_mean", "e2_mean", "energy", "swap_rate", "sec_per_iter", "noise_std",
@@ -159,7 +158,7 @@ def setup(data: OperatorData, config: TrainConfig, noise_std: float | None,
     sampler = build_sampler(config, model, steps_per_epoch)
     gen = torch.Generator(device=device).manual_seed(config.seed + 1)
     set_dropout_generator(model, gen)
-    model.train(config.method == "adam")
+    model.train(not sampler.draws_samples)  # Adam + MC dropout trains with dropout on
     return Setup(model, mconf, energy, sampler, gen, u, s, y, steps_per_epoch)
 
 
@@ -226,7 +225,7 @@ def train(
         ):
             loop.samples.append(flatten(params).cpu().clone())
             loop.test_pred_sum = pred if loop.test_pred_sum is None else loop.test_pred_sum + pred
-        if loop.test_pred_sum is not None and config.method != "adam":
+        if loop.test_pred_sum is not None and sampler.draws_samples:
             mean = (loop.test_pred_sum / len(loop.samples)).cpu().numpy()
             row["e1_mean"], row["e2_mean"] = relative_errors(mean, s_test)
         loop.history.append(row)
@@ -275,29 +274,17 @@ def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfi
 
 
 def _finish(loop, sampler, config, mconf, data, out, noise_std: float, held_out) -> RunResult:
-    if config.method == "adam":
+    if sampler.draws_samples:
+        post = Posterior(mconf, torch.stack(loop.samples), noise_std=noise_std)
+    else:  # one network, its band from MC dropout masks
         post = Posterior(mconf, flatten(sampler.sample(loop.state)).cpu()[None], config.mc_samples,
                          noise_std)
-    else:
-        post = Posterior(mconf, torch.stack(loop.samples), noise_std=noise_std)
     metrics = _test_metrics(post, data, config.seed, held_out)
     post_burn = [r for r in loop.history if r["epoch"] > config.burn_in_epochs]
     metrics["e1_after_burn_in"] = float(np.mean([r["e1"] for r in post_burn]))
     metrics["e2_after_burn_in"] = float(np.mean([r["e2"] for r in post_burn]))
-    if config.method in ("resgld", "mresgld"):
-        metrics["swap_rate"] = loop.state.n_swaps / max(loop.state.n_steps, 1)
-        metrics["swap"] = swap_report(loop.state, config, post.samples.shape[1])
-        # σ1, σ2 (per level) and sd(ΔÛ), as tracked online for the swap (paper Section 3.2)
-        metrics["energy_estimator_sd"] = {
-            "cold": (loop.state.replica_var[0].value or 0.0) ** 0.5,
-            "hot": (loop.state.replica_var[1].value or 0.0) ** 0.5,
-            "difference": (loop.state.swap_var.value or 0.0) ** 0.5,
-        }
-    sampling = getattr(loop.state, "sampling", None)
-    if sampling is not None:  # the Kronecker metric's stiffness λ_max(M H) and the step used
-        metrics["metric_stiffness"] = sampling.stiffness
-        metrics["langevin_step"] = min(config.step_size, sampling.max_lr)
-    if config.method != "adam":
+    metrics.update(sampler.report(loop.state))
+    if sampler.draws_samples:
         metrics.update(_prediction_diagnostics(post, data))
     timing = {
         "sec_per_iter": loop.step_seconds / max(loop.n_steps, 1),
@@ -305,26 +292,6 @@ def _finish(loop, sampler, config, mconf, data, out, noise_std: float, held_out)
         "epochs": config.epochs,
     }
     return _write_run(out, RunResult(post, metrics, loop.history, timing), data)
-
-
-def swap_report(state, config: TrainConfig, d: int) -> dict:
-    """Measured swap acceptance beside the one a d-dimensional Gaussian posterior predicts,
-    with d the number of parameters and with the effective d implied by the measured mean
-    energy gap between the replicas (``E[U2 − U1] = d_eff (τ2 − τ1)/2``)."""
-    n = max(state.n_steps, 1)
-    var = state.swap_var.value or 0.0
-    gap = state.energy_gap_sum / n
-    d_eff = max(2 * gap / (config.tau2 - config.tau1), 0.0)
-    return {
-        "measured": state.n_swaps / n,
-        "mean_acceptance": math.exp(state.log_rate_sum / n) if state.log_rate_sum > -700 * n else 0.0,
-        "predicted": predicted_swap_rate(d, config.tau1, config.tau2, var),
-        "predicted_from_gap": predicted_swap_rate(d_eff, config.tau1, config.tau2, var),
-        "parameters": d,
-        "effective_dimension": d_eff,
-        "mean_energy_gap": gap,
-        "barrier": communication_barrier(d, config.tau1, config.tau2),
-    }
 
 
 def _train_linear(data: OperatorData, config: TrainConfig, sigma: float, out, held_out) -> RunResult:

@@ -28,9 +28,14 @@ class AdamDropout:
     lr: float = 1e-3
 
     name = "adam"
+    draws_samples = False  # one trained network; its band comes from dropout masks
 
     def __post_init__(self):
         check_positive(lr=self.lr)
+
+    def report(self, state: AdamState) -> dict:
+        """What a run's ``metrics.json`` records of this optimiser: nothing more."""
+        return {}
 
     def init(self, params: Params) -> AdamState:
         chain = Chain(params)

@@ -18,8 +18,16 @@ import torch
 
 from ..energy import Params
 from .langevin import Chain, Preconditioner, WarmStart, check_positive, energy_and_grads, freeze
-from .sgld import LangevinSettings, Sampling, gradients, move, start_sampling
-from .swap import RunningVariance, accept_swap, estimator_variance, paired_variance, swap_log_rate
+from .sgld import LangevinSettings, Sampling, gradients, move, sampling_report, start_sampling
+from .swap import (
+    RunningVariance,
+    accept_swap,
+    communication_barrier,
+    estimator_variance,
+    paired_variance,
+    predicted_swap_rate,
+    swap_log_rate,
+)
 
 
 @dataclass
@@ -52,6 +60,7 @@ class ReSGLD(LangevinSettings):
     var_smoothing: float = 0.1
 
     name = "resgld"
+    draws_samples = True
 
     def __post_init__(self):
         self.check()
@@ -121,6 +130,42 @@ class ReSGLD(LangevinSettings):
             "energy_hot": float(v2.total.detach()),
             "swapped": swapped,
             "swap_rate_estimate": math.exp(min(0.0, log_rate)),
+        }
+
+    def report(self, state: ReplicaState) -> dict:
+        """What a run's ``metrics.json`` records of the sampler: the metric's stiffness and
+        step, the swap rate, the swap report, and the energy estimators' sd (σ1, σ2 and
+        sd(ΔÛ), as tracked online for the swap, paper Section 3.2)."""
+        return {
+            **sampling_report(self, state.sampling),
+            "swap_rate": state.n_swaps / max(state.n_steps, 1),
+            "swap": self.swap_report(state),
+            "energy_estimator_sd": {
+                "cold": (state.replica_var[0].value or 0.0) ** 0.5,
+                "hot": (state.replica_var[1].value or 0.0) ** 0.5,
+                "difference": (state.swap_var.value or 0.0) ** 0.5,
+            },
+        }
+
+    def swap_report(self, state: ReplicaState) -> dict:
+        """Measured swap acceptance beside the one a d-dimensional Gaussian posterior
+        predicts, with d the number of parameters and with the effective d implied by the
+        measured mean energy gap between the replicas (``E[U2 − U1] = d_eff (τ2 − τ1)/2``)."""
+        d = state.chains[0].flat.numel()
+        n = max(state.n_steps, 1)
+        var = state.swap_var.value or 0.0
+        gap = state.energy_gap_sum / n
+        d_eff = max(2 * gap / (self.tau2 - self.tau1), 0.0)
+        return {
+            "measured": state.n_swaps / n,
+            "mean_acceptance": math.exp(state.log_rate_sum / n) if state.log_rate_sum > -700 * n
+            else 0.0,
+            "predicted": predicted_swap_rate(d, self.tau1, self.tau2, var),
+            "predicted_from_gap": predicted_swap_rate(d_eff, self.tau1, self.tau2, var),
+            "parameters": d,
+            "effective_dimension": d_eff,
+            "mean_energy_gap": gap,
+            "barrier": communication_barrier(d, self.tau1, self.tau2),
         }
 
     def end_burn_in(self, state: ReplicaState, energy=None, data=None, generator=None) -> None:

@@ -93,6 +93,13 @@ def start_sampling(settings: LangevinSettings, chain: Chain, energy, data, gener
     return Sampling(metric, cv, settings.max_stiffness / lam, lam)
 
 
+def sampling_report(settings: LangevinSettings, sampling: Sampling | None) -> dict:
+    """The Kronecker metric's stiffness λ_max(M H) at the warm start and the step used."""
+    if sampling is None:
+        return {}
+    return {"metric_stiffness": sampling.stiffness, "langevin_step": min(settings.lr, sampling.max_lr)}
+
+
 def gradients(energy, chain: Chain, batch, active, sampling: Sampling | None, index):
     """``(Û, ĝ)``: the minibatch energy and its (control-variate) gradient for ``active``."""
     value, grads = energy_and_grads(energy, chain.params, batch, active)
@@ -127,10 +134,15 @@ class SGLD(LangevinSettings):
     tau: float = 1.0
 
     name = "sgld"
+    draws_samples = True
 
     def __post_init__(self):
         self.check()
         check_positive(tau=self.tau)
+
+    def report(self, state: SGLDState) -> dict:
+        """What a run's ``metrics.json`` records of the sampler (see :func:`sampling_report`)."""
+        return sampling_report(self, state.sampling)
 
     def init(self, params: Params) -> SGLDState:
         chain = Chain(params)
