@@ -137,7 +137,6 @@ class Setup:
     u: torch.Tensor
     s: torch.Tensor
     y: torch.Tensor
-    steps_per_epoch: int
 
 
 def setup(data: OperatorData, config: TrainConfig, noise_std: float | None,
@@ -159,7 +158,7 @@ def setup(data: OperatorData, config: TrainConfig, noise_std: float | None,
     gen = torch.Generator(device=device).manual_seed(config.seed + 1)
     set_dropout_generator(model, gen)
     model.train(not sampler.draws_samples)  # Adam + MC dropout trains with dropout on
-    return Setup(model, mconf, energy, sampler, gen, u, s, y, steps_per_epoch)
+    return Setup(model, mconf, energy, sampler, gen, u, s, y)
 
 
 def train(
