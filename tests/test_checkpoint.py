@@ -7,7 +7,7 @@ import torch
 from bdeeponet import TrainConfig, checkpoint, generate, get_problem, train
 from bdeeponet.energy import GaussianEnergy
 from bdeeponet.model import DeepONet, ModelConfig, parameter_groups
-from bdeeponet.samplers import SGLD, AdamDropout, MReSGLD, ReSGLD
+from bdeeponet.samplers import SGLD, AdamDropout, DeepEnsemble, MReSGLD, ReSGLD
 
 torch.set_num_threads(1)
 
@@ -22,22 +22,29 @@ def data():
                     n_test=2, m=20)
 
 
-def _chain(data, make, round_trips=()):
+def _chain(data, make, round_trips=(), chains=None):
     """30 steps (warm start, then sampling from step 10), the state sent through a
-    checkpoint at the steps in ``round_trips``; returns the final parameters."""
+    checkpoint at the steps in ``round_trips``; returns the final parameters. With
+    ``chains=C``, C chains as one batch, each from its own start and on its own batches."""
     u, s, y = (torch.tensor(a, dtype=torch.float32) for a in (data.u_train, data.s_train, data.y))
     torch.manual_seed(0)
     model = DeepONet(ModelConfig(n_sensors=20, dim_y=1, width=8, latent=8, depth=2))
     energy = GaussianEnergy(model, y, 40, 0.01, 1.0)
     sampler = make(model)
-    state = sampler.init(dict(model.named_parameters()))
+    if chains is None:
+        state = sampler.init(dict(model.named_parameters()))
+    else:
+        starts = [dict(model.named_parameters())] + [
+            dict(DeepONet(model.config).named_parameters()) for _ in range(chains - 1)]
+        state = sampler.init({n: torch.stack([p[n].detach() for p in starts]) for n in starts[0]},
+                             chains=chains)
     g = torch.Generator().manual_seed(1)
     for k in range(30):
         if k == 10 and not isinstance(sampler, AdamDropout):
             sampler.end_burn_in(state, energy, (u, s), g)
         if k in round_trips:
             state = checkpoint.round_trip(state)
-        idx = torch.randint(0, 40, (10,), generator=g)
+        idx = torch.randint(0, 40, (10,) if chains is None else (chains, 10), generator=g)
         if isinstance(sampler, AdamDropout):
             sampler.step(state, energy, (u[idx], s[idx]), g)
         else:
@@ -56,6 +63,15 @@ def _chain(data, make, round_trips=()):
 def test_round_trip_continues_the_same_chain(data, make):
     """Through a checkpoint during the warm start and during sampling: bit-identical."""
     assert torch.equal(_chain(data, make), _chain(data, make, round_trips=(5, 20)))
+
+
+@pytest.mark.parametrize("make", [
+    lambda m: DeepEnsemble(lr=1e-3),
+    lambda m: MReSGLD(warm_steps=10, groups=parameter_groups(m)),
+], ids=["ensemble", "mresgld"])
+def test_round_trip_continues_the_same_batch_of_chains(data, make):
+    assert torch.equal(_chain(data, make, chains=2),
+                       _chain(data, make, round_trips=(5, 20), chains=2))
 
 
 def test_file_holds_only_plain_types(data, tmp_path):

@@ -15,13 +15,13 @@ from .model import DeepONet, ModelConfig, parameter_groups
 from .posterior import Posterior
 from .problems import PROBLEMS, get_problem
 from .run import Run, RunError, evaluate, load_run, predict
-from .samplers import METHODS, SGLD, AdamDropout, MReSGLD, ReSGLD
+from .samplers import METHODS, SGLD, AdamDropout, DeepEnsemble, MReSGLD, ReSGLD
 from .train import RunResult, TrainingDiverged, train
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "METHODS", "PROBLEMS", "SGLD", "AdamDropout", "DataError", "DeepONet", "EnergyValue",
+    "METHODS", "PROBLEMS", "SGLD", "AdamDropout", "DataError", "DeepEnsemble", "DeepONet", "EnergyValue",
     "GaussianEnergy", "MReSGLD", "ModelConfig", "OperatorData", "Posterior", "ReSGLD", "Run",
     "RunError", "RunResult", "TrainConfig", "TrainingDiverged", "all_metrics", "coverage",
     "evaluate", "generate", "get_problem", "load_data", "load_run", "parameter_groups",

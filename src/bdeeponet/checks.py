@@ -20,7 +20,7 @@ from torch import nn
 from .energy import GaussianEnergy
 from .grf import rbf_grf
 from .linear import fit_linear
-from .metrics import effective_sample_size
+from .metrics import effective_sample_size, ess_bulk, rhat
 
 N, N_TEST, M, SIGMA = 1000, 100, 100, 0.01
 
@@ -67,42 +67,61 @@ def closed_form_problem(seed: int = 0) -> ClosedForm:
 
 
 def sample_predictions(sampler, problem: ClosedForm, burn_in: int = 100, keep: int = 300,
-                       batch: int = 100, seed: int = 1) -> np.ndarray:
+                       batch: int = 100, seed: int = 1, chains: int | None = None) -> np.ndarray:
     """Burn-in epochs, ``end_burn_in``, then one prediction of the test set per epoch:
-    (keep, N_TEST, P)."""
-    torch.manual_seed(0)
-    model = LinearOperator()
+    (keep, N_TEST, P); with ``chains=C``, C chains from C initialisations, each on its own
+    minibatches, run as one batch: (C, keep, N_TEST, P)."""
+    inits = []
+    for c in range(chains or 1):
+        torch.manual_seed(c)
+        model = LinearOperator()
+        inits.append({k: v.detach().clone() for k, v in model.named_parameters()})
     energy = GaussianEnergy(model, problem.y, N, SIGMA, prior_std=1.0)
     g = torch.Generator().manual_seed(seed)
-    state = sampler.init({k: v.detach().clone() for k, v in model.named_parameters()})
+    if chains is None:
+        state = sampler.init(inits[0])
+    else:
+        state = sampler.init({k: torch.stack([p[k] for p in inits]) for k in inits[0]}, chains)
     u, s = problem.u, problem.s
     preds = []
     for epoch in range(burn_in + keep):
         if epoch == burn_in:
             sampler.end_burn_in(state, energy, (u, s), g)
-        order = torch.randperm(N, generator=g)
+        if chains is None:
+            order = torch.randperm(N, generator=g)
+        else:
+            order = torch.stack([torch.randperm(N, generator=g) for _ in range(chains)])
         for i in range(0, N, batch):
-            idx = order[i : i + batch]
+            idx = order[..., i : i + batch]  # (batch,) or (C, batch)
             sampler.step(state, energy, (u[idx], s[idx]), g, index=idx)
         if epoch >= burn_in:
             p = sampler.sample(state)
             with torch.no_grad():
-                pred = problem.u_test @ p["map.weight"].T + p["map.bias"] + p["offset"]
+                pred = (problem.u_test @ p["map.weight"].mT + p["map.bias"].unsqueeze(-2)
+                        + p["offset"].unsqueeze(-2))
             preds.append(pred.double())
-    return torch.stack(preds).numpy()
+    return torch.stack(preds, dim=0 if chains is None else 1).numpy()
 
 
 def compare(preds: np.ndarray, problem: ClosedForm) -> dict:
     """Sampled against exact: the sd ratio (median over test points), the mean's error in
-    exact sds (99th percentile), the 95% coverage of the truth, the prediction ESS."""
+    exact sds (99th percentile), the 95% coverage of the truth, the prediction ESS (of C
+    chains' draws (C, keep, ...) pooled: their multi-chain bulk ESS, and their R̂)."""
+    chains = preds if preds.ndim == 4 else preds[None]
+    preds = chains.reshape(-1, *chains.shape[2:])
     pm, ps = preds.mean(0), preds.std(0, ddof=1)
-    flat = preds.reshape(len(preds), -1)
-    cols = np.linspace(0, flat.shape[1] - 1, 200).astype(int)
+    flat = chains.reshape(*chains.shape[:2], -1)
+    cols = np.linspace(0, flat.shape[2] - 1, 200).astype(int)
+    if len(chains) == 1:
+        ess = float(np.median([effective_sample_size(flat[0, :, j]) for j in cols]))
+    else:
+        ess = float(np.median([ess_bulk(flat[:, :, j]) for j in cols]))
     return {
         "sd_ratio": float(np.median(ps / problem.sd)),
         "mean_error": float(np.quantile(np.abs(pm - problem.mean) / problem.sd, 0.99)),
         "coverage": 100 * float(np.mean(np.abs(problem.truth - pm) <= 1.96 * ps)),
         "exact_coverage": 100 * float(np.mean(np.abs(problem.truth - problem.mean)
                                               <= 1.96 * problem.sd)),
-        "ess": float(np.median([effective_sample_size(flat[:, j]) for j in cols])),
+        "ess": ess,
+        "rhat": float(max(rhat(flat[:, :, j]) for j in cols)),
     }

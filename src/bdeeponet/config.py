@@ -10,7 +10,8 @@ from pathlib import Path
 from .model import ACTIVATIONS
 from .samplers.sgld import DEFAULT_LR, METRICS
 
-METHOD_NAMES = ("adam", "sgld", "resgld", "mresgld", "linear")
+METHOD_NAMES = ("adam", "ensemble", "sgld", "resgld", "mresgld", "linear")
+DEFAULT_ENSEMBLE = 8  # members of a deep ensemble when --chains is not given
 
 
 def _opt(default, help: str, **extra):
@@ -24,8 +25,11 @@ def _opt(default, help: str, **extra):
 class TrainConfig:
     """Everything that defines a training run; each field carries its help line."""
 
-    method: str = _opt("mresgld", "adam (+ MC dropout), sgld, resgld, mresgld or linear "
-                       "(the closed-form ridge baseline)", choices=METHOD_NAMES)
+    method: str = _opt("mresgld", "adam (+ MC dropout), ensemble (deep ensemble of Adam "
+                       "MAPs), sgld, resgld, mresgld or linear (the closed-form ridge "
+                       "baseline)", choices=METHOD_NAMES)
+    chains: int | None = _opt(None, "independent chains (ensemble: members), run as one "
+                              "batch and pooled (default: 1; ensemble 8)")
     epochs: int = _opt(2000, "passes over the training functions")
     batch_size: int = _opt(100, "functions per minibatch (all P points of each)")
     seed: int = _opt(0, "seed of the initialisation, minibatches, noise and held-out split")
@@ -70,6 +74,13 @@ class TrainConfig:
                      "checkpoint_every", "fisher_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.chains is not None and (isinstance(self.chains, bool) or self.chains < 1):
+            raise ValueError(f"chains must be >= 1, got {self.chains}")
+        if self.method == "ensemble" and self.n_chains < 2:
+            raise ValueError(f"an ensemble needs chains >= 2, got {self.chains}")
+        if self.method in ("adam", "linear") and self.n_chains > 1:
+            raise ValueError(f"{self.method} runs one network; for several use --method "
+                             "ensemble, or a sampler")
         if self.metric not in METRICS:
             raise ValueError(f"unknown metric '{self.metric}'; choose one of: {', '.join(METRICS)}")
         if self.prior not in ("fan_in", "iid"):
@@ -94,10 +105,16 @@ class TrainConfig:
             raise ValueError(f"thin must be >= 1, got {self.thin}")
 
     @property
+    def n_chains(self) -> int:
+        if self.chains is not None:
+            return self.chains
+        return DEFAULT_ENSEMBLE if self.method == "ensemble" else 1
+
+    @property
     def step_size(self) -> float:
         if self.lr is not None:
             return self.lr
-        return 1e-3 if self.method == "adam" else DEFAULT_LR[self.metric]
+        return 1e-3 if self.method in ("adam", "ensemble") else DEFAULT_LR[self.metric]
 
     @property
     def burn_in_epochs(self) -> int:
@@ -105,7 +122,8 @@ class TrainConfig:
             return self.burn_in
         # the warm start is what makes the mean accurate; a constant-metric chain from the
         # mode needs few epochs for its samples
-        return 3 * self.epochs // 4 if self.metric == "kfac" and self.method != "adam" else self.epochs // 2
+        sampler = self.method not in ("adam", "ensemble")
+        return 3 * self.epochs // 4 if self.metric == "kfac" and sampler else self.epochs // 2
 
     @property
     def thin_epochs(self) -> int:

@@ -65,17 +65,21 @@ class GaussianEnergy:
 
     def __call__(self, params: Params, batch) -> EnergyValue:
         u, s = batch
-        # DeepONet has a direct functional forward (faster); any other module goes through
-        # torch.func.functional_call.
+        chains = n_chains(self.model, params)
+        # DeepONet has a direct functional forward (faster, and batched over chains); any
+        # other module goes through torch.func.functional_call (vmapped over C chains).
         fwd = getattr(self.model, "functional_forward", None)
         if fwd is not None:
             pred = fwd(params, u, self.y)
+        elif chains is not None:
+            pred = torch.func.vmap(lambda p, x: functional_call(self.model, p, (x, self.y)),
+                                   in_dims=(0, 0 if u.dim() == 3 else None))(params, u)
         else:
             pred = functional_call(self.model, params, (u, self.y))
-        terms = ((pred - s) ** 2).sum(dim=1) / (2 * self.noise_std**2)
-        prior = self._prior(params)
-        scale = self.n_total / u.shape[0]
-        return EnergyValue(prior + scale * terms.sum(), terms.detach(), scale, self.n_total)
+        terms = ((pred - s) ** 2).sum(dim=-1) / (2 * self.noise_std**2)
+        prior = self._prior(params) if chains is None else self._chain_priors(params)
+        scale = self.n_total / u.shape[-2]
+        return EnergyValue(prior + scale * terms.sum(-1), terms.detach(), scale, self.n_total)
 
     def value_and_grad(self, params: Params, batch, names: list[str]):
         """``(Û, {name: ∂Û/∂θ})`` for ``names``. A model with ``forward_backward`` (the
@@ -88,10 +92,14 @@ class GaussianEnergy:
         with torch.no_grad():
             pred, backward = fb(params, u, self.y, names)
             r = pred.sub_(s)
-            terms = (r * r).sum(dim=1) / (2 * self.noise_std**2)
-            scale = self.n_total / u.shape[0]
+            terms = (r * r).sum(dim=-1) / (2 * self.noise_std**2)
+            scale = self.n_total / u.shape[-2]
             grads = backward(r.mul_(scale / self.noise_std**2))
-            if isinstance(self.prior_std, dict):
+            if pred.dim() == 3:  # C chains: one energy each, (C,)
+                prior = self._chain_priors(params)
+                torch._foreach_add_(list(grads.values()), torch._foreach_mul(
+                    [params[n] for n in grads], [self.prior_precision(n) for n in grads]))
+            elif isinstance(self.prior_std, dict):
                 norms = torch.stack(torch._foreach_norm(list(params.values())))
                 prec = torch.tensor([self.prior_precision(n) for n in params], dtype=norms.dtype,
                                     device=norms.device)
@@ -102,7 +110,20 @@ class GaussianEnergy:
                 prior = _sum_squares(list(params.values())) / (2 * self.prior_std**2)
                 torch._foreach_add_(list(grads.values()), [params[n] for n in grads],
                                     alpha=1 / self.prior_std**2)
-        return EnergyValue(prior + scale * terms.sum(), terms, scale, self.n_total), grads
+        return EnergyValue(prior + scale * terms.sum(-1), terms, scale, self.n_total), grads
+
+    def _chain_priors(self, params: Params) -> torch.Tensor:
+        """The prior energy of each of C chains (tensors (C, ...)): (C,), differentiable."""
+        return sum(0.5 * self.prior_precision(n) * p.reshape(p.shape[0], -1).square().sum(1)
+                   for n, p in params.items())
+
+
+def n_chains(model: torch.nn.Module, params: Params) -> int | None:
+    """C when the tensors of ``params`` carry a leading chain dimension (one more than the
+    model's own parameters), None for one set of parameters."""
+    name, p = next(iter(params.items()))
+    own = model.get_parameter(name)
+    return p.shape[0] if p.dim() == own.dim() + 1 else None
 
 
 def fan_in_prior(model: torch.nn.Module, scale: float = 1.0) -> dict[str, float]:
@@ -136,8 +157,8 @@ def autograd_value_and_grad(energy, params: Params, batch, names: list[str]):
     for n, p in params.items():
         p.requires_grad_(n in act)
     try:
-        value = energy(params, batch)
-        grads = torch.autograd.grad(value.total, [params[n] for n in names])
+        value = energy(params, batch)  # C chains: (C,) energies, independent of each other
+        grads = torch.autograd.grad(value.total.sum(), [params[n] for n in names])
     finally:
         for p in params.values():
             p.requires_grad_(False)

@@ -299,12 +299,12 @@ class DeepONet(nn.Module):
             with torch.no_grad():
                 if s_scale != 1.0:
                     dout = dout * s_scale  # not in place: dout is the caller's tensor
-                grads = {"bias": dout.sum()}
+                grads = {"bias": dout.sum((-2, -1))}
                 (b, b_tape), (t, t_tape) = tapes["branch"], tapes["trunk"]
                 if "branch" in need:
                     self._backprop("branch", b_tape, dout @ t, params, grads)
                 if "trunk" in need:
-                    self._backprop("trunk", t_tape, dout.t() @ b, params, grads)
+                    self._backprop("trunk", t_tape, dout.mT @ b, params, grads)
             return {n: grads[n] for n in names}
 
         return pred, backward
@@ -340,7 +340,10 @@ class DeepONet(nn.Module):
         c, bias = self.config, params["bias"]
         if c.s_shift != 0.0 or c.s_scale != 1.0:  # skipped by default: a step is ~op-bound
             bias = c.s_shift + c.s_scale * bias
-        pred = torch.addmm(bias, b, t.t(), alpha=c.s_scale)  # s_shift + s_scale (B T^T + bias)
+        if bias.dim() == 1:  # C chains: (C, n, q) @ (C, q, P)
+            pred = torch.baddbmm(bias[:, None, None], b, t.mT, alpha=c.s_scale)
+        else:
+            pred = torch.addmm(bias, b, t.t(), alpha=c.s_scale)  # s_shift + s_scale (B T^T + bias)
         return pred, {"branch": (b, b_tape), "trunk": (t, t_tape)}
 
     def _plan(self):
@@ -370,7 +373,11 @@ class DeepONet(nn.Module):
     def _run(steps, params, x: torch.Tensor, tape: list | None) -> torch.Tensor:
         for kind, a, b in steps:
             if kind == "linear":
-                entry, x = x, F.linear(x, params[a], params[b])
+                w = params[a]
+                if w.dim() == 2:
+                    entry, x = x, F.linear(x, w, params[b])
+                else:  # C chains: w (C, out, in); x (C, rows, in) or shared (rows, in)
+                    entry, x = x, torch.matmul(x, w.mT).add_(params[b].unsqueeze(-2))
             elif kind == "act":
                 entry, x = x, b(x)
                 entry = (entry, x)
@@ -394,8 +401,8 @@ class DeepONet(nn.Module):
                 if entry is not None:
                     dh = dh * entry
             else:
-                grads[a] = dh.t() @ entry
-                grads[b] = dh.sum(0)
+                grads[a] = dh.mT @ entry  # (C chains: (C, out, in), also from a shared input)
+                grads[b] = dh.sum(-2)
                 if i > 0:  # the input's gradient is never needed
                     dh = dh @ params[a]
 

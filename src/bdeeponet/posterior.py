@@ -17,7 +17,11 @@ from .energy import Params
 from .model import DeepONet, ModelConfig, set_dropout_generator
 
 
-def flatten(params: Params) -> torch.Tensor:
+def flatten(params: Params, batched: bool = False) -> torch.Tensor:
+    """One vector (p,) of ``params``; ``batched``: C chains' tensors (C, ...) to (C, p)."""
+    if batched:
+        first = next(iter(params.values()))
+        return torch.cat([p.detach().reshape(first.shape[0], -1) for p in params.values()], 1)
     return torch.cat([p.detach().reshape(-1) for p in params.values()])
 
 
@@ -32,15 +36,21 @@ def unflatten(vec: torch.Tensor, template: Params) -> Params:
 @dataclass
 class Posterior:
     """``samples`` (M, p): flattened parameter vectors; ``mc_dropout`` > 0 means one vector
-    evaluated with that many dropout masks (the Adam baseline)."""
+    evaluated with that many dropout masks (the Adam baseline). ``chains``: the samples are
+    C chains' draws, one chain after the other (M / C each); a deep ensemble's members are
+    one draw each."""
 
     config: ModelConfig
     samples: torch.Tensor
     mc_dropout: int = 0
     noise_std: float = float("nan")  # σ of the observations (for the observation band)
     calibration: dict | None = None  # Calibration.to_dict() from held-out functions
+    chains: int = 1
 
     def __post_init__(self):
+        if not self.mc_dropout and self.samples.shape[0] % self.chains:
+            raise ValueError(f"{self.samples.shape[0]} samples do not split into "
+                             f"{self.chains} chains")
         self.model = DeepONet(self.config)
         self.template = {k: v.detach() for k, v in self.model.named_parameters()}
 
@@ -98,9 +108,10 @@ class Posterior:
     def state_dict(self) -> dict:
         return {"config": self.config.to_dict(), "samples": self.samples,
                 "mc_dropout": self.mc_dropout, "noise_std": self.noise_std,
-                "calibration": self.calibration}
+                "calibration": self.calibration, "chains": self.chains}
 
     @classmethod
     def from_state_dict(cls, d: dict) -> Posterior:
         return cls(ModelConfig(**d["config"]), d["samples"], int(d["mc_dropout"]),
-                   float(d.get("noise_std", float("nan"))), d.get("calibration"))
+                   float(d.get("noise_std", float("nan"))), d.get("calibration"),
+                   int(d.get("chains", 1)))

@@ -85,8 +85,8 @@ def model_config(config: TrainConfig, data: OperatorData) -> ModelConfig:
 
 
 def build_sampler(config: TrainConfig, model: DeepONet, steps_per_epoch: int):
-    if config.method == "adam":
-        return METHODS["adam"](lr=config.step_size)
+    if config.method in ("adam", "ensemble"):
+        return METHODS[config.method](lr=config.step_size)
     kwargs = dict(lr=config.step_size, metric=config.metric, freeze_metric=config.freeze_metric,
                   warm_lr=config.warm_lr, warm_steps=config.burn_in_epochs * steps_per_epoch,
                   control_variate=config.control_variate, fisher_samples=config.fisher_samples)
@@ -114,7 +114,7 @@ def residual_sd(model: DeepONet, params, u: torch.Tensor, s: torch.Tensor, y: to
     was_training = model.training
     model.eval()  # no dropout masks
     residuals = [(model.functional_forward(params, u[i : i + 100], y) - s[i : i + 100])
-                 for i in range(0, u.shape[0], 100)]
+                 .reshape(-1, y.shape[0]) for i in range(0, u.shape[0], 100)]  # (C chains pooled)
     model.train(was_training)
     return noise_sd_from_residuals(residuals, y)
 
@@ -127,7 +127,10 @@ def _tensor(a, device: torch.device | str = "cpu") -> torch.Tensor:
 class Setup:
     """A run's pieces before its first step, as :func:`train` builds them (benchmarks and
     experiments build theirs here too): the model at its seeded initial weights, the energy,
-    the sampler with the run's defaults, the run's generator and the training tensors."""
+    the sampler with the run's defaults, the run's generator and the training tensors.
+    ``chains``: None for one chain, else C; ``initial``: the parameters the sampler starts
+    from (with C chains, each tensor (C, ...): chain 0 is the one-chain run's
+    initialisation, chain c > 0 one drawn from the seed and c)."""
 
     model: DeepONet
     model_config: ModelConfig
@@ -137,6 +140,26 @@ class Setup:
     u: torch.Tensor
     s: torch.Tensor
     y: torch.Tensor
+    chains: int | None = None
+    initial: dict | None = None
+
+    def init_state(self):
+        """The sampler's state at the initial parameters."""
+        if self.chains is None:
+            return self.sampler.init(dict(self.model.named_parameters()))
+        return self.sampler.init(self.initial, chains=self.chains)
+
+
+def initial_parameters(mconf: ModelConfig, seed: int, chains: int) -> dict[str, torch.Tensor]:
+    """C independent initialisations (tensors (C, ...)), chain 0 from ``seed`` itself (as a
+    one-chain run), chain c from the seed sequence of (seed, c)."""
+    inits = []
+    for c in range(chains):
+        with torch.random.fork_rng():
+            torch.manual_seed(seed if c == 0 else
+                              int(np.random.SeedSequence([seed, c]).generate_state(1)[0]))
+            inits.append(dict(DeepONet(mconf).named_parameters()))
+    return {n: torch.stack([p[n].detach() for p in inits]) for n in inits[0]}
 
 
 def setup(data: OperatorData, config: TrainConfig, noise_std: float | None,
@@ -157,8 +180,11 @@ def setup(data: OperatorData, config: TrainConfig, noise_std: float | None,
     sampler = build_sampler(config, model, steps_per_epoch)
     gen = torch.Generator(device=device).manual_seed(config.seed + 1)
     set_dropout_generator(model, gen)
-    model.train(not sampler.draws_samples)  # Adam + MC dropout trains with dropout on
-    return Setup(model, mconf, energy, sampler, gen, u, s, y)
+    model.train(mconf.dropout > 0)  # Adam + MC dropout trains with dropout on
+    chains = config.n_chains if config.n_chains > 1 else None
+    initial = None if chains is None else {
+        n: t.to(device) for n, t in initial_parameters(mconf, config.seed, chains).items()}
+    return Setup(model, mconf, energy, sampler, gen, u, s, y, chains, initial)
 
 
 def train(
@@ -190,8 +216,8 @@ def train(
     u, s, y = run.u, run.s, run.y
     u_test, s_test = _tensor(data.u_test, device), data.s_test
 
-    loop = _Loop(sampler.init(dict(model.named_parameters())), gen.get_state(),
-                 noise_std=energy.noise_std)
+    chains = run.chains
+    loop = _Loop(run.init_state(), gen.get_state(), noise_std=energy.noise_std)
     ckpt = out / "checkpoint.pt" if out else None
     if resume and out is not None:
         check_resume(out, config)
@@ -207,25 +233,27 @@ def train(
     while loop.epoch < config.epochs:
         if loop.epoch == config.burn_in_epochs:
             sampler.end_burn_in(loop.state, energy, (u, s), gen)
-        row = _run_epoch(loop, sampler, energy, (u, s), gen, config)
+        row = _run_epoch(loop, sampler, energy, (u, s), gen, config, chains)
         params = sampler.sample(loop.state)
         if sigma is None and loop.epoch < config.burn_in_epochs:
             energy.noise_std = loop.noise_std = residual_sd(model, params, u, s, y)
         with torch.no_grad():
             was_training = model.training
             model.eval()
-            pred = functional_call(model, params, (u_test, y)).double()
+            pred = (functional_call(model, params, (u_test, y)) if chains is None
+                    else model.functional_forward(params, u_test, y)).double()  # (C, n, P)
             model.train(was_training)
-        row["e1"], row["e2"] = relative_errors(pred.cpu().numpy(), s_test)
+        row["e1"], row["e2"] = _errors(pred.cpu().numpy(), s_test)
         row["noise_std"] = energy.noise_std
         loop.epoch += 1
         if loop.epoch > config.burn_in_epochs and (
             (loop.epoch - config.burn_in_epochs) % config.thin_epochs == 0
         ):
-            loop.samples.append(flatten(params).cpu().clone())
+            loop.samples.append(flatten(params, batched=chains is not None).cpu().clone())
             loop.test_pred_sum = pred if loop.test_pred_sum is None else loop.test_pred_sum + pred
         if loop.test_pred_sum is not None and sampler.draws_samples:
-            mean = (loop.test_pred_sum / len(loop.samples)).cpu().numpy()
+            mean = loop.test_pred_sum / len(loop.samples)
+            mean = (mean if chains is None else mean.mean(0)).cpu().numpy()
             row["e1_mean"], row["e2_mean"] = relative_errors(mean, s_test)
         loop.history.append(row)
         bar.update(loop.epoch, e2=row["e2"], swap=row["swap_rate"])
@@ -246,12 +274,26 @@ def train(
     return _finish(loop, sampler, config, mconf, data, out, energy.noise_std, held_out)
 
 
-def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfig) -> dict:
+def _errors(pred: np.ndarray, s_test) -> tuple[float, float]:
+    """``relative_errors`` of a prediction (n, P), or their mean over C chains' (C, n, P)."""
+    if pred.ndim == 2:
+        return relative_errors(pred, s_test)
+    return tuple(float(v) for v in np.mean([relative_errors(p, s_test) for p in pred], axis=0))
+
+
+def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfig,
+               chains: int | None = None) -> dict:
+    """One pass over the training functions; C chains each take their own random order."""
     u, s = train_data
-    order = torch.randperm(u.shape[0], generator=gen, device=gen.device)
+    n = u.shape[0]
+    if chains is None:
+        order = torch.randperm(n, generator=gen, device=gen.device)
+    else:
+        order = torch.stack([torch.randperm(n, generator=gen, device=gen.device)
+                             for _ in range(chains)])
     energies, swaps, seconds = [], [], 0.0
-    for start in range(0, u.shape[0], config.batch_size):
-        idx = order[start : start + config.batch_size]
+    for start in range(0, n, config.batch_size):
+        idx = order[..., start : start + config.batch_size]  # (b,) or (C, b)
         t0 = time.perf_counter()
         info = sampler.step(loop.state, energy, (u[idx], s[idx]), gen, index=idx)
         seconds += time.perf_counter() - t0
@@ -273,11 +315,16 @@ def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfi
 
 
 def _finish(loop, sampler, config, mconf, data, out, noise_std: float, held_out) -> RunResult:
-    if sampler.draws_samples:
-        post = Posterior(mconf, torch.stack(loop.samples), noise_std=noise_std)
-    else:  # one network, its band from MC dropout masks
-        post = Posterior(mconf, flatten(sampler.sample(loop.state)).cpu()[None], config.mc_samples,
-                         noise_std)
+    chains = config.n_chains
+    if sampler.draws_samples:  # (draws, C, p) -> (C draws, p), chain by chain
+        samples = torch.stack(loop.samples)
+        if samples.dim() == 3:
+            samples = samples.transpose(0, 1).reshape(-1, samples.shape[-1])
+        post = Posterior(mconf, samples, noise_std=noise_std, chains=chains)
+    else:  # trained networks: an ensemble's members, or one with MC dropout masks
+        final = flatten(sampler.sample(loop.state), batched=chains > 1).cpu()
+        post = Posterior(mconf, final.reshape(-1, final.shape[-1]),
+                         config.mc_samples if mconf.dropout > 0 else 0, noise_std)
     metrics = _test_metrics(post, data, config.seed, held_out)
     post_burn = [r for r in loop.history if r["epoch"] > config.burn_in_epochs]
     metrics["e1_after_burn_in"] = float(np.mean([r["e1"] for r in post_burn]))
@@ -354,7 +401,7 @@ def recalibrate(run_dir: str | Path, data: OperatorData) -> dict:
     if held_out is None:
         raise ValueError(f"{run_dir} was trained without held-out functions (calibration = 0)")
     metrics = {**run.metrics, **_test_metrics(run.posterior, data, run.config.seed, held_out)}
-    if run.config.method not in ("adam", "linear"):  # also for runs written before R̂ existed
+    if run.config.method not in ("adam", "ensemble", "linear"):  # also for runs before R̂
         metrics.update(_prediction_diagnostics(run.posterior, data))
     path = Path(run_dir)
     atomic_write(path / "posterior.pt", lambda fh: torch.save(run.posterior.state_dict(), fh))
@@ -376,15 +423,18 @@ def _write_run(out: Path | None, result: RunResult, data: OperatorData) -> RunRe
 
 def _prediction_diagnostics(post: Posterior, data: OperatorData, n_points: int = 50) -> dict:
     """Convergence of the sampled predictions at a fixed set of test (function, point)
-    pairs: the median single-chain ESS (``ess``), and the worst rank-normalised split R̂
-    and bulk / tail ESS over the pairs (``convergence``)."""
+    pairs: the median ESS (``ess``, the chains' single-chain ESSs added), and the worst
+    rank-normalised split R̂ and bulk / tail ESS over the pairs, across the chains
+    (``convergence``)."""
     u = _tensor(data.u_test[:5])
     y = _tensor(data.y)
-    traj = torch.stack(list(post.trajectories(u, y))).reshape(post.n_samples, -1).numpy()
-    cols = np.linspace(0, traj.shape[1] - 1, min(n_points, traj.shape[1])).astype(int)
-    out = {"ess": float(np.median([effective_sample_size(traj[:, j]) for j in cols]))}
-    if post.n_samples >= 4:
-        out["convergence"] = convergence(traj[:, cols].T[:, None, :])  # (points, 1 chain, draws)
+    traj = torch.stack(list(post.trajectories(u, y))).reshape(post.chains, -1, u.shape[0] * y.shape[0])
+    traj = traj.numpy()  # (chains, draws, points)
+    cols = np.linspace(0, traj.shape[2] - 1, min(n_points, traj.shape[2])).astype(int)
+    out = {"ess": float(np.median([sum(effective_sample_size(chain[:, j]) for chain in traj)
+                                   for j in cols]))}
+    if traj.shape[1] >= 4:
+        out["convergence"] = convergence(traj[:, :, cols].transpose(2, 0, 1))  # (points, C, draws)
     return out
 
 

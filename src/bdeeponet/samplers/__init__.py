@@ -31,11 +31,12 @@ own model, called as ``model(u, y)``::
     tensor([[ 1.0000, -2.0000,  0.5000]])
 """
 
-from .adam import AdamDropout
+from .adam import AdamDropout, DeepEnsemble
 from .mresgld import MReSGLD
 from .resgld import ReSGLD
 from .sgld import SGLD
 
-METHODS = {"adam": AdamDropout, "sgld": SGLD, "resgld": ReSGLD, "mresgld": MReSGLD}
+METHODS = {"adam": AdamDropout, "ensemble": DeepEnsemble, "sgld": SGLD, "resgld": ReSGLD,
+           "mresgld": MReSGLD}
 
-__all__ = ["METHODS", "AdamDropout", "MReSGLD", "ReSGLD", "SGLD"]
+__all__ = ["METHODS", "AdamDropout", "DeepEnsemble", "MReSGLD", "ReSGLD", "SGLD"]

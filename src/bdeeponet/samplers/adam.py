@@ -37,8 +37,10 @@ class AdamDropout:
         """What a run's ``metrics.json`` records of this optimiser: nothing more."""
         return {}
 
-    def init(self, params: Params) -> AdamState:
-        chain = Chain(params)
+    def init(self, params: Params, chains: int | None = None) -> AdamState:
+        """The state at ``params``; with ``chains=C``, C networks (tensors (C, ...)) trained
+        as one batch: Adam's update is elementwise, so each is trained on its own."""
+        chain = Chain(params, chains=chains)
         return AdamState(chain, torch.optim.Adam([chain.flat], lr=self.lr))
 
     def step(self, state: AdamState, energy, batch, generator: torch.Generator,
@@ -47,10 +49,20 @@ class AdamDropout:
         state.chain.flat.grad = state.chain.flat_grad(grads)[1]
         state.optimizer.step()
         state.n_steps += 1
-        return {"energy": float(value.total.detach())}
+        return {"energy": float(value.total.detach().mean())}
 
     def end_burn_in(self, state: AdamState, energy=None, data=None, generator=None) -> None:
         pass
 
     def sample(self, state: AdamState) -> Params:
         return state.chain.params
+
+
+@dataclass(frozen=True)
+class DeepEnsemble(AdamDropout):
+    """A deep ensemble (Lakshminarayanan, Pritzel & Blundell 2017): C networks, each from its
+    own initialisation and on its own minibatch order, trained to the MAP by Adam as one
+    batch (``init(params, chains=C)``); the band is the spread of their predictions. No
+    dropout. The strongest practical baseline of the field."""
+
+    name = "ensemble"

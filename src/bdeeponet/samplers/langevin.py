@@ -29,35 +29,51 @@ from ..energy import EnergyValue, Params, autograd_value_and_grad
 
 
 class Chain:
-    """One particle: its parameters and its step count.
+    """One particle, or C particles as a batch: the parameters and the step count.
 
     All tensors live in one flat buffer ``flat`` laid out in ``order`` (m-reSGLD lists a
     group's names together, so each group is one contiguous slice); ``params`` maps each
     name, in the caller's order, to a view into it. The Langevin update is then a handful
     of operations on one vector instead of a handful per tensor.
+
+    With ``chains=C`` every tensor of ``params`` has a leading dimension of C (one set of
+    parameters per chain), ``flat`` is (C, p) and the views are (C, ...): C independent
+    chains advance in one batched computation (the DeepONet, the energy and the metrics
+    all accept such parameters). Slices of the layout (``span``) index the last dimension.
     """
 
-    def __init__(self, params: Params, order: list[str] | None = None):
+    def __init__(self, params: Params, order: list[str] | None = None,
+                 chains: int | None = None):
         order = list(params) if order is None else list(order)
         if sorted(order) != sorted(params):
             raise ValueError("order must list every parameter name exactly once")
+        lead = () if chains is None else (chains,)
+        if any(tuple(p.shape[: len(lead)]) != lead for p in params.values()):
+            raise ValueError(f"with chains={chains} every tensor needs a leading dimension of {chains}")
+        shapes = {name: p.shape[len(lead):] for name, p in params.items()}  # caller's order
         first = next(iter(params.values()))
-        self.flat = torch.empty(sum(p.numel() for p in params.values()), dtype=first.dtype,
-                                device=first.device)
+        sizes = {name: shape.numel() for name, shape in shapes.items()}
+        self.flat = torch.empty(*lead, sum(sizes.values()), dtype=first.dtype, device=first.device)
         self.offsets: dict[str, tuple[int, int]] = {}
         start = 0
         for name in order:
-            self.offsets[name] = (start, start + params[name].numel())
-            start += params[name].numel()
-        self.shapes = {name: p.shape for name, p in params.items()}  # in the caller's order
+            self.offsets[name] = (start, start + sizes[name])
+            start += sizes[name]
+        self.shapes = shapes
         self._make_views()
         for name, p in params.items():
             self.params[name].copy_(p.detach())
         self.step = 0
 
+    @property
+    def n_chains(self) -> int | None:
+        """C for a batch of chains, None for one chain."""
+        return self.flat.shape[0] if self.flat.dim() == 2 else None
+
     def _make_views(self) -> None:
+        lead = self.flat.shape[:-1]
         self.params: Params = {
-            name: self.flat[slice(*self.offsets[name])].view(shape)
+            name: self.flat[..., slice(*self.offsets[name])].view((*lead, *shape))
             for name, shape in self.shapes.items()
         }
 
@@ -79,7 +95,8 @@ class Chain:
     def flat_grad(self, grads: dict[str, torch.Tensor]) -> tuple[slice, torch.Tensor]:
         """``(span, gradient vector)`` of ``grads`` in the layout order."""
         names = sorted(grads, key=lambda n: self.offsets[n][0])
-        return self.span(names), torch.cat([grads[n].reshape(-1) for n in names])
+        lead = self.flat.shape[:-1]
+        return self.span(names), torch.cat([grads[n].reshape(*lead, -1) for n in names], dim=-1)
 
 
 @dataclass
@@ -103,7 +120,7 @@ class Preconditioner:
     weight_slow: torch.Tensor | None = None
     frozen_metric: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
 
-    def update(self, span: slice, g: torch.Tensor, size: int) -> None:
+    def update(self, span: slice, g: torch.Tensor, size: torch.Size | int) -> None:
         if self.frozen:
             return
         if self.sq_avg is None:
@@ -111,15 +128,15 @@ class Preconditioner:
                 torch.zeros(size, dtype=g.dtype, device=g.device) for _ in range(4))
         for v, w, beta in ((self.sq_avg, self.weight, self.beta),
                            (self.sq_slow, self.weight_slow, self.beta_slow)):
-            v[span].mul_(beta).addcmul_(g, g, value=1 - beta)
-            w[span].mul_(beta).add_(1 - beta)
+            v[..., span].mul_(beta).addcmul_(g, g, value=1 - beta)
+            w[..., span].mul_(beta).add_(1 - beta)
 
     def metric(self, span: slice) -> tuple[torch.Tensor, torch.Tensor]:
         """``(G, sqrt(G))`` on ``span``."""
         if self.frozen_metric is not None:
             G, root = self.frozen_metric
-            return G[span], root[span]
-        G = (self.sq_avg[span] / self.weight[span]).sqrt_().add_(self.eps).reciprocal_()
+            return G[..., span], root[..., span]
+        G = (self.sq_avg[..., span] / self.weight[..., span]).sqrt_().add_(self.eps).reciprocal_()
         return G, G.sqrt()
 
     def conservative_moment(self) -> torch.Tensor:
@@ -171,12 +188,12 @@ def langevin_update(
     """In place: ``θ ← θ − η G g + sqrt(2 η τ G) ξ`` for the tensors named in ``grads``
     (which must be contiguous in the chain's layout), and the preconditioner's averages."""
     span, g = chain.flat_grad(grads)
-    theta = chain.flat[span]
+    theta = chain.flat[..., span]
     noise = torch.randn(g.shape, generator=generator, dtype=g.dtype, device=g.device)
     if precond is None:
         theta.add_(g, alpha=-lr).add_(noise, alpha=(2 * lr * tau) ** 0.5)
     else:
-        precond.update(span, g, chain.flat.numel())
+        precond.update(span, g, chain.flat.shape)
         G, root = precond.metric(span)
         theta.addcmul_(G, g, value=-lr).addcmul_(root, noise, value=(2 * lr * tau) ** 0.5)
     chain.step += 1

@@ -22,6 +22,7 @@ from .sgld import LangevinSettings, Sampling, gradients, move, sampling_report, 
 from .swap import (
     RunningVariance,
     accept_swap,
+    accept_swaps,
     communication_barrier,
     estimator_variance,
     paired_variance,
@@ -72,9 +73,12 @@ class ReSGLD(LangevinSettings):
     def hot_lr(self) -> float:
         return self.step_size if self.lr_hot is None else self.lr_hot
 
-    def init(self, params: Params, params_hot: Params | None = None) -> ReplicaState:
-        hot = params if params_hot is None else params_hot
-        chains = [Chain(params, self.layout(params)), Chain(hot, self.layout(hot))]
+    def init(self, params: Params, chains: int | None = None) -> ReplicaState:
+        """Both replicas at ``params``; with ``chains=C``, C independent pairs of replicas,
+        the tensors of ``params`` with a leading dimension of C (see
+        :class:`~.langevin.Chain`): each level is one batch of C particles, pair c is row c
+        of both."""
+        chains = [Chain(params, self.layout(params), chains) for _ in range(2)]
         return ReplicaState(
             chains=chains,
             preconds=[self.preconditioner() for _ in range(2)],
@@ -98,7 +102,7 @@ class ReSGLD(LangevinSettings):
         if state.sampling is None and state.warm is not None:  # burn-in: optimise the cold one
             value, grads = energy_and_grads(energy, state.chains[0].params, batch)
             state.warm.step(state.chains[0], grads)
-            e = float(value.total.detach())
+            e = float(value.total.detach().mean())
             return {"energy": e, "energy_hot": e}
         cold, hot = state.chains
         active = self.hot_active(state, generator)
@@ -108,6 +112,9 @@ class ReSGLD(LangevinSettings):
         for level, v in enumerate((v1, v2)):
             state.replica_var[level].update(estimator_variance(v.terms, v.scale, v.n_total))
         t1, t2 = self.tau1, self.tau2
+        if cold.n_chains is not None:
+            return self._batched_step(state, energy, batch, generator, index, active,
+                                      (v1, g1), (v2, g2), var)
         delta = float(v1.total.detach() - v2.total.detach())
         log_rate = swap_log_rate(delta, var, t1, t2)
         state.log_rate_sum += min(0.0, log_rate)
@@ -121,15 +128,56 @@ class ReSGLD(LangevinSettings):
                 _, g1 = gradients(energy, cold, batch, None, state.sampling, index)
                 g2 = {n: g2[n] for n in active}
             state.n_swaps += 1
-        for level, (chain, grads) in enumerate(((cold, g1), (hot, g2))):
-            lr, tau = (self.step_size, t1) if level == 0 else (self.hot_lr, t2)
-            move(chain, grads, lr, tau, generator, state.preconds[level], state.sampling)
-        state.n_steps += 1
+        self._move(state, g1, g2, generator)
         return {
             "energy": float(v1.total.detach()),
             "energy_hot": float(v2.total.detach()),
             "swapped": swapped,
             "swap_rate_estimate": math.exp(min(0.0, log_rate)),
+        }
+
+    def _move(self, state: ReplicaState, g1, g2, generator) -> None:
+        """Both levels' Langevin steps from the particles they now hold."""
+        for level, grads in enumerate((g1, g2)):
+            lr, tau = (self.step_size, self.tau1) if level == 0 else (self.hot_lr, self.tau2)
+            move(state.chains[level], grads, lr, tau, generator, state.preconds[level],
+                 state.sampling)
+        state.n_steps += 1
+
+    def _batched_step(self, state: ReplicaState, energy, batch, generator, index, active,
+                      cold_eval, hot_eval, var) -> dict:
+        """The swaps and moves of C pairs at once: pair c swaps its two rows when its own
+        variance-corrected test accepts (the levels keep their objects; rows are copied)."""
+        (v1, g1), (v2, g2) = cold_eval, hot_eval
+        cold, hot = state.chains
+        delta = (v1.total - v2.total).detach().double()
+        log_rate = swap_log_rate(delta, var, self.tau1, self.tau2)
+        state.log_rate_sum = state.log_rate_sum + log_rate.clamp(max=0.0)
+        state.energy_gap_sum = state.energy_gap_sum - delta
+        swapped = accept_swaps(log_rate, generator)
+        n_swapped = int(swapped.sum())
+        if n_swapped:
+            rows = swapped.nonzero()[:, 0]
+            held = cold.flat[rows].clone()
+            cold.flat[rows] = hot.flat[rows]
+            hot.flat[rows] = held
+
+            def exchange(a, b):  # rows of b where the pair swapped, of a elsewhere
+                return {n: torch.where(swapped.view(-1, *[1] * (a[n].dim() - 1)), b[n], a[n])
+                        for n in a}
+
+            if active is None:
+                g1, g2 = exchange(g1, g2), exchange(g2, g1)
+            else:  # the new cold particles only have a partial gradient: recompute them
+                g2 = exchange(g2, {n: g1[n] for n in active})
+                _, g1 = gradients(energy, cold, batch, None, state.sampling, index)
+            state.n_swaps += n_swapped
+        self._move(state, g1, g2, generator)
+        return {
+            "energy": float(v1.total.detach().mean()),
+            "energy_hot": float(v2.total.detach().mean()),
+            "swapped": n_swapped / len(swapped),
+            "swap_rate_estimate": float(log_rate.clamp(max=0.0).exp().mean()),
         }
 
     def report(self, state: ReplicaState) -> dict:
@@ -138,12 +186,12 @@ class ReSGLD(LangevinSettings):
         sd(ΔÛ), as tracked online for the swap, paper Section 3.2)."""
         return {
             **sampling_report(self, state.sampling),
-            "swap_rate": state.n_swaps / max(state.n_steps, 1),
+            "swap_rate": state.n_swaps / (max(state.n_steps, 1) * (state.chains[0].n_chains or 1)),
             "swap": self.swap_report(state),
-            "energy_estimator_sd": {
-                "cold": (state.replica_var[0].value or 0.0) ** 0.5,
-                "hot": (state.replica_var[1].value or 0.0) ** 0.5,
-                "difference": (state.swap_var.value or 0.0) ** 0.5,
+            "energy_estimator_sd": {  # (the mean over pairs of C chains)
+                "cold": _mean(state.replica_var[0].value) ** 0.5,
+                "hot": _mean(state.replica_var[1].value) ** 0.5,
+                "difference": _mean(state.swap_var.value) ** 0.5,
             },
         }
 
@@ -151,15 +199,16 @@ class ReSGLD(LangevinSettings):
         """Measured swap acceptance beside the one a d-dimensional Gaussian posterior
         predicts, with d the number of parameters and with the effective d implied by the
         measured mean energy gap between the replicas (``E[U2 − U1] = d_eff (τ2 − τ1)/2``)."""
-        d = state.chains[0].flat.numel()
-        n = max(state.n_steps, 1)
-        var = state.swap_var.value or 0.0
-        gap = state.energy_gap_sum / n
+        d = state.chains[0].flat.shape[-1]
+        pairs = state.chains[0].n_chains or 1
+        n = max(state.n_steps, 1) * pairs  # swap attempts, over all pairs
+        var = _mean(state.swap_var.value)
+        gap = _mean(state.energy_gap_sum) * pairs / n
+        log_rate_sum = _mean(state.log_rate_sum) * pairs
         d_eff = max(2 * gap / (self.tau2 - self.tau1), 0.0)
         return {
             "measured": state.n_swaps / n,
-            "mean_acceptance": math.exp(state.log_rate_sum / n) if state.log_rate_sum > -700 * n
-            else 0.0,
+            "mean_acceptance": math.exp(log_rate_sum / n) if log_rate_sum > -700 * n else 0.0,
             "predicted": predicted_swap_rate(d, self.tau1, self.tau2, var),
             "predicted_from_gap": predicted_swap_rate(d_eff, self.tau1, self.tau2, var),
             "parameters": d,
@@ -182,3 +231,10 @@ class ReSGLD(LangevinSettings):
 
     def sample(self, state: ReplicaState) -> Params:
         return state.chains[0].params
+
+
+def _mean(x) -> float:
+    """A number (0 for None), or the mean of a tensor of C pairs' numbers."""
+    if x is None:
+        return 0.0
+    return float(x.mean()) if isinstance(x, torch.Tensor) else float(x)

@@ -87,8 +87,19 @@ def start_sampling(settings: LangevinSettings, chain: Chain, energy, data, gener
                          "generator to estimate the metric (metric='kfac')")
     u, s = data
     batches = [(u[i : i + 100], s[i : i + 100]) for i in range(0, u.shape[0], 100)]
-    metric = estimate_kfac(energy, chain.params, batches, generator, settings.fisher_samples)
-    lam = tame(energy, metric, chain.params, batches[:3], generator)
+    if chain.n_chains is None:
+        metric = estimate_kfac(energy, chain.params, batches, generator, settings.fisher_samples)
+        lam = tame(energy, metric, chain.params, batches[:3], generator)
+    else:  # each chain's own metric at its own warm start, one after the other
+        if settings.control_variate:
+            raise ValueError("the control variate is not available with several chains yet")
+        metrics, lams = [], []
+        for c in range(chain.n_chains):
+            params = {n: p[c] for n, p in chain.params.items()}
+            metrics.append(estimate_kfac(energy, params, batches, generator,
+                                         settings.fisher_samples))
+            lams.append(tame(energy, metrics[-1], params, batches[:3], generator))
+        metric, lam = KroneckerMetric.stack(metrics), max(lams)
     cv = ControlVariate.at(energy, chain, data) if settings.control_variate else None
     return Sampling(metric, cv, settings.max_stiffness / lam, lam)
 
@@ -144,8 +155,10 @@ class SGLD(LangevinSettings):
         """What a run's ``metrics.json`` records of the sampler (see :func:`sampling_report`)."""
         return sampling_report(self, state.sampling)
 
-    def init(self, params: Params) -> SGLDState:
-        chain = Chain(params)
+    def init(self, params: Params, chains: int | None = None) -> SGLDState:
+        """The state at ``params``; with ``chains=C``, C chains whose tensors in ``params``
+        have a leading dimension of C (see :class:`~.langevin.Chain`)."""
+        chain = Chain(params, chains=chains)
         warm = WarmStart(chain, self.warm_lr, self.warm_steps) if self.warm_start else None
         return SGLDState(chain, self.preconditioner(), warm)
 
@@ -160,7 +173,7 @@ class SGLD(LangevinSettings):
             value, grads = gradients(energy, state.chain, batch, None, state.sampling, index)
             move(state.chain, grads, self.step_size, self.tau, generator, state.precond,
                  state.sampling)
-        return {"energy": float(value.total.detach())}
+        return {"energy": float(value.total.detach().mean())}
 
     def end_burn_in(self, state: SGLDState, energy=None, data=None, generator=None) -> None:
         """Start sampling. With the Kronecker metric this needs the ``energy``, all training

@@ -36,12 +36,15 @@ def paired_variance(terms1: torch.Tensor, terms2: torch.Tensor, scale: float, n_
     return estimator_variance(terms1 - terms2, scale, n_total)
 
 
-def estimator_variance(terms: torch.Tensor, scale: float, n_total: int) -> float:
-    """Variance of ``(N/n) Σ_f terms_f`` over minibatches of n units from N (no replacement)."""
-    n = terms.numel()
+def estimator_variance(terms: torch.Tensor, scale: float, n_total: int):
+    """Variance of ``(N/n) Σ_f terms_f`` over minibatches of n units from N (no replacement);
+    for C chains' terms (C, n), a tensor (C,) of them."""
+    n = terms.shape[-1]
     if n < 2 or n >= n_total:
-        return 0.0
-    return float(scale**2 * n * terms.double().var() * (1 - n / n_total))
+        return 0.0 if terms.dim() == 1 else torch.zeros(terms.shape[0], dtype=torch.float64,
+                                                        device=terms.device)
+    v = scale**2 * n * terms.double().var(dim=-1) * (1 - n / n_total)
+    return float(v) if terms.dim() == 1 else v
 
 
 def accept_swap(log_rate: float, generator: torch.Generator) -> bool:
@@ -51,6 +54,13 @@ def accept_swap(log_rate: float, generator: torch.Generator) -> bool:
         return True
     u = torch.rand((), generator=generator, dtype=torch.float64, device=generator.device)
     return math.log(float(u)) < log_rate
+
+
+def accept_swaps(log_rate: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """:func:`accept_swap` for C pairs at once: a bool tensor (C,)."""
+    u = torch.rand(log_rate.shape, generator=generator, dtype=torch.float64,
+                   device=generator.device)
+    return u.log() < log_rate
 
 
 class RunningVariance:

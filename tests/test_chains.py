@@ -1,0 +1,192 @@
+"""Chains as a batch dimension: C chains' parameters stacked (C, ...) and advanced in one
+computation. The batched DeepONet gradient against autograd per chain, a deep ensemble's
+members against separate Adam runs, the per-pair swaps of C replica pairs, and runs with
+``chains`` end to end."""
+
+import numpy as np
+import pytest
+import torch
+
+from bdeeponet import TrainConfig, generate, get_problem, train
+from bdeeponet.checks import LinearOperator
+from bdeeponet.energy import GaussianEnergy, autograd_value_and_grad, fan_in_prior
+from bdeeponet.model import DeepONet, ModelConfig, parameter_groups
+from bdeeponet.samplers import AdamDropout, DeepEnsemble, ReSGLD
+from bdeeponet.samplers.langevin import Chain
+
+torch.set_num_threads(1)
+C = 3
+
+
+def _deeponet(activation="tanh", **extra):
+    torch.manual_seed(0)
+    model = DeepONet(ModelConfig(n_sensors=7, dim_y=2, width=9, depth=2, latent=5,
+                                 activation=activation, **extra)).double()
+    g = torch.Generator().manual_seed(1)
+    params = {n: (p.detach()[None] + 0.3 * torch.randn(C, *p.shape, generator=g,
+                                                         dtype=torch.float64))
+              for n, p in model.named_parameters()}
+    return model, params, g
+
+
+@pytest.mark.parametrize("variant", [{}, {"s_shift": -1.3, "s_scale": 0.2, "u_shift": 0.7,
+                                          "u_scale": 2.5, "periodic": ((1, 0.5),)}],
+                         ids=["plain", "standardised-periodic"])
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+@pytest.mark.parametrize("group", [None, "branch", "trunk"])
+@pytest.mark.parametrize("shared_input", [False, True])
+def test_batched_hand_written_gradient_equals_autograd_chain_by_chain(variant, activation, group,
+                                                                      shared_input):
+    model, params, g = _deeponet(activation, **variant)
+    y = torch.rand(11, 2, generator=g, dtype=torch.float64)
+    u = torch.randn(6, 7, generator=g, dtype=torch.float64)
+    s = torch.randn(C, 6, 11, generator=g, dtype=torch.float64)
+    if not shared_input:
+        u = u + torch.randn(C, 6, 7, generator=g, dtype=torch.float64)
+    energy = GaussianEnergy(model, y, n_total=60, noise_std=0.3, prior_std=fan_in_prior(model))
+    names = list(params) if group is None else parameter_groups(model)[group]
+    v, grads = energy.value_and_grad(params, (u, s), names)
+    assert v.total.shape == (C,) and v.terms.shape == (C, 6)
+    for c in range(C):
+        one = {n: p[c] for n, p in params.items()}
+        v_ref, g_ref = autograd_value_and_grad(energy, one, (u if shared_input else u[c], s[c]),
+                                               names)
+        assert torch.allclose(v.total[c], v_ref.total, rtol=1e-12)
+        for n in names:
+            assert torch.allclose(grads[n][c], g_ref[n], rtol=1e-10, atol=1e-12), (c, n)
+
+
+def test_any_model_is_vmapped_over_chains_by_autograd():
+    model = LinearOperator(5, 4)
+    g = torch.Generator().manual_seed(0)
+    params = {n: torch.randn(C, *p.shape, generator=g) for n, p in model.named_parameters()}
+    energy = GaussianEnergy(model, torch.zeros(4, 1), 50, 0.2)
+    u, s = torch.randn(C, 8, 5, generator=g), torch.randn(C, 8, 4, generator=g)
+    v, grads = autograd_value_and_grad(energy, params, (u, s), list(params))
+    for c in range(C):
+        v_ref, g_ref = autograd_value_and_grad(energy, {n: p[c].clone() for n, p in params.items()},
+                                               (u[c], s[c]), list(params))
+        assert torch.allclose(v.total[c], v_ref.total)
+        for n in params:
+            assert torch.allclose(grads[n][c], g_ref[n], atol=1e-5), n
+
+
+def test_batched_chain_views_its_flat_buffer_row_by_row():
+    params = {"a": torch.arange(12.0).view(3, 2, 2), "b": torch.tensor([7.0, 8.0, 9.0])}
+    chain = Chain(params, order=["b", "a"], chains=3)
+    assert chain.n_chains == 3 and chain.flat.shape == (3, 5)
+    assert torch.equal(chain.flat[1], torch.tensor([8.0, 4, 5, 6, 7]))
+    chain.flat[2, 0] = -1.0
+    assert chain.params["b"][2] == -1.0  # views, not copies
+    span, vec = chain.flat_grad({"a": torch.ones(3, 2, 2)})
+    assert span == slice(1, 5) and vec.shape == (3, 4)
+    with pytest.raises(ValueError, match="leading dimension of 4"):
+        Chain(params, chains=4)
+
+
+def test_ensemble_members_are_the_adam_runs_of_their_own_starts_and_batches():
+    """Adam is elementwise and the batched gradient exact, so member c of the batch follows
+    exactly the run that starts at initialisation c and sees minibatch sequence c."""
+    model, params, g = _deeponet()
+    model.float()
+    params = {n: p.float() for n, p in params.items()}
+    y = torch.rand(11, 2, generator=g)
+    u, s = torch.randn(40, 7, generator=g), torch.randn(40, 11, generator=g)
+    energy = GaussianEnergy(model, y, 40, 0.3, fan_in_prior(model))
+    idx = torch.randint(0, 40, (20, C, 8), generator=g)
+    ens = DeepEnsemble(lr=1e-2)
+    state = ens.init(params, chains=C)
+    for k in range(20):
+        ens.step(state, energy, (u[idx[k]], s[idx[k]]), g)
+    for c in range(C):
+        one = AdamDropout(lr=1e-2)
+        single = one.init({n: p[c] for n, p in params.items()})
+        for k in range(20):
+            one.step(single, energy, (u[idx[k, c]], s[idx[k, c]]), g)
+        for n, p in one.sample(single).items():
+            assert torch.allclose(ens.sample(state)[n][c], p, rtol=1e-4, atol=1e-5), (c, n)
+
+
+def test_each_replica_pair_swaps_on_its_own_test():
+    """Pair 0's hot particle sits at the minimum and its cold one far away (the swap is
+    certain); pair 1 the other way round (a swap has probability ~e^-1e4). After one step
+    with a negligible move, pair 0's rows are exchanged and pair 1's are not. (Every
+    function is the same, so the energy estimator has no variance to correct for.)"""
+    model = LinearOperator(3, 2)
+    energy = GaussianEnergy(model, torch.zeros(2, 1), 20, 0.1, prior_std=10.0)
+    g = torch.Generator().manual_seed(0)
+    u = torch.ones(20, 3)
+    s = torch.zeros(20, 2)
+    near = {n: torch.zeros(p.shape) for n, p in model.named_parameters()}
+    far = {n: torch.full(p.shape, 3.0) for n, p in model.named_parameters()}
+    sampler = ReSGLD(metric="identity", lr=1e-12, tau1=1.0, tau2=10.0)
+    state = sampler.init({n: torch.stack([far[n], near[n]]) for n in near}, chains=2)
+    cold, hot = state.chains
+    hot.flat[0].zero_()  # pair 0: hot at the minimum
+    hot.flat[1].fill_(3.0)  # pair 1: hot far away
+    sampler.end_burn_in(state)
+    idx = torch.arange(20).expand(2, 20)[:, :10]
+    info = sampler.step(state, energy, (u[idx], s[idx]), g, index=idx)
+    assert info["swapped"] == 0.5 and state.n_swaps == 1
+    assert torch.allclose(cold.flat[0], torch.zeros(cold.flat.shape[1]), atol=1e-4)
+    assert torch.allclose(hot.flat[0], torch.full((hot.flat.shape[1],), 3.0), atol=1e-4)
+    assert torch.allclose(cold.flat[1], torch.zeros(cold.flat.shape[1]), atol=1e-4)
+    assert torch.allclose(hot.flat[1], torch.full((hot.flat.shape[1],), 3.0), atol=1e-4)
+    report = sampler.report(state)
+    assert report["swap_rate"] == 0.5 and report["swap"]["parameters"] == 3 * 2 + 2 + 2
+
+
+@pytest.fixture(scope="module")
+def data():
+    return generate(get_problem("antiderivative"), 0.01, np.random.default_rng(0), n_train=40,
+                    n_test=5, m=20)
+
+
+@pytest.mark.parametrize("method", ["sgld", "resgld", "mresgld", "ensemble"])
+def test_a_run_with_chains_pools_them_and_diagnoses_across_them(data, method, tmp_path):
+    conf = TrainConfig(method=method, chains=3, epochs=12, burn_in=4, batch_size=10, width=8,
+                       latent=8, calibration=0.2)
+    result = train(data, conf, tmp_path / "run")
+    post = result.posterior
+    if method == "ensemble":
+        assert post.samples.shape[0] == 3 and "convergence" not in result.metrics
+    else:
+        assert post.chains == 3 and post.samples.shape[0] == 3 * 8
+        assert set(result.metrics["convergence"]) == {"rhat", "ess_bulk", "ess_tail"}
+        # the chains start apart: their first draws differ
+        first = post.samples.view(3, 8, -1)[:, 0]
+        assert not torch.allclose(first[0], first[1])
+    loaded = torch.load(tmp_path / "run" / "posterior.pt", weights_only=True)
+    assert loaded["chains"] == post.chains
+    assert np.isfinite(result.metrics["e2"])
+
+
+def test_one_chain_of_a_batch_starts_where_a_one_chain_run_starts(data):
+    """Chain 0 of C is initialised as the run without chains (the seed's own network)."""
+    from bdeeponet.train import initial_parameters, model_config
+
+    conf = TrainConfig(epochs=2, width=8, latent=8)
+    mconf = model_config(conf, data)
+    torch.manual_seed(conf.seed)
+    ref = dict(DeepONet(mconf).named_parameters())
+    init = initial_parameters(mconf, conf.seed, 3)
+    for n, p in ref.items():
+        assert torch.equal(init[n][0], p.detach())
+        if n != "bias":  # (the output bias starts at zero in every chain)
+            assert not torch.equal(init[n][1], p.detach())
+
+
+@pytest.mark.parametrize(("changes", "match"), [
+    ({"chains": 0}, "chains must be >= 1"),
+    ({"method": "ensemble", "chains": 1}, "ensemble needs chains >= 2"),
+    ({"method": "adam", "chains": 2}, "adam runs one network"),
+    ({"method": "sgld", "chains": 2, "control_variate": True}, None),
+])
+def test_chains_settings_are_checked(changes, match, data):
+    if match is not None:
+        with pytest.raises(ValueError, match=match):
+            TrainConfig(**changes)
+        return
+    conf = TrainConfig(epochs=3, burn_in=1, batch_size=10, width=8, latent=8, **changes)
+    with pytest.raises(ValueError, match="control variate is not available"):
+        train(data, conf)
