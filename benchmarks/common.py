@@ -82,10 +82,13 @@ def sampler_on(data: OperatorData, method: str, sampling: bool = True, warmup: i
     updates one net."""
     conf = TrainConfig(method=method, **config)
     run = setup(data, conf, data.noise_std, device)
-    order = torch.randperm(data.n_train, generator=torch.Generator().manual_seed(SEED))
-    batches = [b.to(device) for b in order.split(conf.batch_size)]
-    chain = Chain(run.sampler, run.sampler.init(dict(run.model.named_parameters())), run.energy,
-                  run.u, run.s, batches, run.generator)
+    gen = torch.Generator().manual_seed(SEED)
+    if run.chains is None:
+        order = torch.randperm(data.n_train, generator=gen)
+    else:  # each chain its own order, as a run draws them
+        order = torch.stack([torch.randperm(data.n_train, generator=gen) for _ in range(run.chains)])
+    batches = [b.to(device) for b in order.split(conf.batch_size, dim=-1)]
+    chain = Chain(run.sampler, run.init_state(), run.energy, run.u, run.s, batches, run.generator)
     for _ in range(warmup):
         chain.step()
     if sampling:

@@ -152,7 +152,9 @@ def _add_reproduce(sub):
     p.add_argument("--noises", nargs="+", type=float,
                    help="noise levels for every chosen problem (default: the paper's pairs)")
     p.add_argument("--methods", nargs="+", default=["adam", "resgld", "mresgld"],
-                   help="any of adam, sgld, resgld, mresgld, linear")
+                   help="any of adam, ensemble, sgld, resgld, mresgld, linear")
+    p.add_argument("--chains", type=int, help="chains per sampler run, members per ensemble "
+                   "(default: 1; ensemble 8)")
     p.add_argument("--epochs", type=int, default=8000, help="epochs of every run")
     p.add_argument("--seeds", nargs="+", type=int, default=[0], help="training seeds")
     p.add_argument("--workers", type=int, default=2, help="local processes (one torch thread each)")
@@ -337,7 +339,7 @@ def cmd_reproduce(args) -> None:
 
     report = reproduce(args.out, args.problems, args.noises, args.methods, args.epochs, args.seeds,
                        args.workers, args.executor, not args.quiet, args.ray_address,
-                       args.device)
+                       args.device, args.chains)
     print((Path(args.out) / "results.md").read_text())
     print(f"report: {report} (tables: results.md, results.csv, time_ratio.csv; figures/)")
 

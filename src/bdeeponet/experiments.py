@@ -59,7 +59,9 @@ def scenarios(problems=None, noises=None) -> list[tuple[str, float]]:
     return chosen
 
 
-def make_jobs(scen, methods, seeds, epochs) -> list[Job]:
+def make_jobs(scen, methods, seeds, epochs, chains: int | None = None) -> list[Job]:
+    """Every scenario × method × seed; ``chains`` applies to the samplers and the ensemble
+    (Adam and the linear baseline run one network)."""
     from .config import METHOD_NAMES
 
     for m in methods:
@@ -67,7 +69,10 @@ def make_jobs(scen, methods, seeds, epochs) -> list[Job]:
             raise ValueError(f"unknown method '{m}'; choose one of: {', '.join(METHOD_NAMES)}")
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
-    return [Job(p, n, m, s, epochs) for p, n in scen for m in methods for s in seeds]
+    if chains is not None and chains < 1:
+        raise ValueError(f"chains must be >= 1, got {chains}")
+    return [Job(p, n, m, s, epochs, None if m in ("adam", "linear") else chains)
+            for p, n in scen for m in methods for s in seeds]
 
 
 def ensure_data(out: Path, scen) -> None:
@@ -86,7 +91,8 @@ def ensure_data(out: Path, scen) -> None:
 
 # Relative cost of one step, for scheduling only (a replica-step is about 1; m-reSGLD's hot
 # replica takes one-group steps after burn-in); see benchmarks/step_cost.py.
-STEP_COST = {"linear": 0.0, "adam": 1.0, "sgld": 1.0, "resgld": 2.0, "mresgld": 1.8}
+STEP_COST = {"linear": 0.0, "adam": 1.0, "ensemble": 0.4, "sgld": 1.0, "resgld": 2.0,
+             "mresgld": 1.8}
 
 
 def expected_cost(out: Path, job: Job) -> float:
@@ -94,7 +100,11 @@ def expected_cost(out: Path, job: Job) -> float:
     cost per query point), with the number of query points read from the data file."""
     with np.load(data_path(out, job.problem, job.noise)) as f:
         n_points = f["y"].shape[0]
-    return job.epochs * STEP_COST.get(job.method, 1.0) * (1.0 + n_points / 300)
+    from .config import TrainConfig
+
+    chains = TrainConfig(method=job.method, chains=job.chains).n_chains
+    return (job.epochs * STEP_COST.get(job.method, 1.0) * (1.0 + n_points / 300)
+            * (1 + 0.75 * (chains - 1)))  # C chains batched: about 3x one at C = 4
 
 
 def run_job(out: str, job: dict, device: str = "cpu") -> dict:
@@ -111,7 +121,8 @@ def run_job(out: str, job: dict, device: str = "cpu") -> dict:
     run_dir = job.run_dir(out)
     if not (run_dir / "metrics.json").exists():
         data = load(data_path(out, job.problem, job.noise))
-        config = TrainConfig(method=job.method, epochs=job.epochs, seed=job.seed)
+        config = TrainConfig(method=job.method, epochs=job.epochs, seed=job.seed,
+                             chains=job.chains)
         train(data, config, run_dir, resume=True, device=device)
     return asdict(job)
 
@@ -193,16 +204,16 @@ def _execute_ray(out, todo, bar, address, device) -> None:
 
 def reproduce(out, problems=None, noises=None, methods=PAPER_METHODS, epochs=8000,
               seeds=(0,), workers=2, executor="local", progress=True,
-              ray_address=None, device="auto") -> Path:
+              ray_address=None, device="auto", chains=None) -> Path:
     """The whole Section 5: data, runs (each on ``device``), then tables, figures and
-    ``report.html``."""
+    ``report.html``. ``chains``: chains per sampler run (members per ensemble)."""
     from .device import resolve_device
     from .report import write_report
 
     device = str(resolve_device(device))  # a bad or missing device fails before any work
     out = Path(out)
     scen = scenarios(problems, noises)
-    jobs = make_jobs(scen, methods, seeds, epochs)
+    jobs = make_jobs(scen, methods, seeds, epochs, chains)
     ensure_data(out, scen)
     t0 = time.perf_counter()
     n_trained = execute(out, jobs, workers, executor, progress, ray_address, device)

@@ -6,6 +6,7 @@ generated once; a job is one training run on it. Under an output folder ``OUT``:
 
     OUT/data/PROBLEM-NOISE.npz                           one data set per scenario
     OUT/runs/PROBLEM-NOISE/METHOD-EPOCHSep-seedS/        one run directory per job
+    OUT/runs/PROBLEM-NOISE/METHOD-EPOCHSep-Cchains-seedS/  the same with C chains
 
 e.g. ``OUT/runs/pendulum-0.01/mresgld-8000ep-seed0/``. This module only names things;
 :mod:`.experiments` runs the grid and :mod:`.report` reads what it left behind.
@@ -65,6 +66,7 @@ class Job:
     method: str
     seed: int
     epochs: int
+    chains: int | None = None  # None: the method's default
 
     @property
     def scenario(self) -> str:
@@ -72,7 +74,8 @@ class Job:
 
     def run_dir(self, out: Path) -> Path:
         # The length is in the name: a rerun with other --epochs never reuses these runs.
-        return out / "runs" / self.scenario / f"{self.method}-{self.epochs}ep-seed{self.seed}"
+        chains = "" if self.chains is None else f"-{self.chains}chains"
+        return out / "runs" / self.scenario / f"{self.method}-{self.epochs}ep{chains}-seed{self.seed}"
 
 
 def scenario_name(problem: str, noise: float) -> str:

@@ -89,7 +89,8 @@ class KroneckerMetric:
                 xi = torch.randn(rotated.shape, generator=generator,  # float32 draws: 5x faster
                                  device=rotated.device).double()
                 move = rotated.mul_(blk.inv).mul_(-lr).addcmul_(xi, blk.inv_sqrt, value=noise_scale)
-                for name, d in _split(blk, blk.qg @ move @ blk.qa.mT):
+                qg, qa = _single(blk)
+                for name, d in _split(blk, qg @ move.float() @ qa.mT):
                     params[name].add_(d.to(params[name].dtype))
         for name, (inv, inv_sqrt) in self.diag.items():
             if name in grads:
@@ -141,6 +142,15 @@ class KroneckerMetric:
                 if (blk.weight in members) != (blk.bias in members):
                     raise ValueError(f"group '{name}' holds only one of {blk.weight} and "
                                      f"{blk.bias}; a layer's weight and bias must share a group")
+
+
+def _single(blk: KroneckerBlock) -> tuple[torch.Tensor, torch.Tensor]:
+    """The eigenbases in float32, for rotating a step back (kept on the block)."""
+    cached = blk.__dict__.get("_single")
+    if cached is None or cached[0].device != blk.qg.device:
+        cached = (blk.qg.float(), blk.qa.float())
+        blk.__dict__["_single"] = cached
+    return cached
 
 
 def _joined(blk: KroneckerBlock, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
