@@ -39,6 +39,11 @@ class TrainConfig:
     tau1: float = _opt(1.0, "temperature of the cold replica (the posterior)")
     tau2: float = _opt(10.0, "temperature of the hot replica")
     c: float = _opt(0.7, "m-reSGLD: probability that the hot replica trains the branch net")
+    replicas: int = _opt(2, "reSGLD / m-reSGLD: temperature levels from tau1 to tau2 (2: the "
+                         "paper's pair; more: a ladder with even-odd swaps)")
+    ladder_adapt: int | None = _opt(None, "epochs after burn-in over which a ladder of more "
+                                    "than 2 replicas is re-spaced to equal swap rates "
+                                    "(default: a quarter of the sampling epochs; 0: geometric)")
     metric: str = _opt("kfac", "Langevin metric: kfac (Adam warm start, then a Kronecker "
                        "metric frozen at it), rmsprop (pSGLD), identity", choices=METRICS)
     freeze_metric: bool = _opt(False, "rmsprop only: stop adapting the metric after burn-in")
@@ -74,6 +79,12 @@ class TrainConfig:
                      "checkpoint_every", "fisher_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.replicas < 2:
+            raise ValueError(f"replicas must be >= 2, got {self.replicas}")
+        if self.replicas > 2 and self.method not in ("resgld", "mresgld"):
+            raise ValueError("replicas > 2 needs --method resgld or mresgld")
+        if self.ladder_adapt is not None and self.ladder_adapt < 0:
+            raise ValueError(f"ladder_adapt must be >= 0, got {self.ladder_adapt}")
         if self.chains is not None and (isinstance(self.chains, bool) or self.chains < 1):
             raise ValueError(f"chains must be >= 1, got {self.chains}")
         if self.method == "ensemble" and self.n_chains < 2:
@@ -124,6 +135,12 @@ class TrainConfig:
         # mode needs few epochs for its samples
         sampler = self.method not in ("adam", "ensemble")
         return 3 * self.epochs // 4 if self.metric == "kfac" and sampler else self.epochs // 2
+
+    @property
+    def ladder_adapt_epochs(self) -> int:
+        if self.ladder_adapt is not None:
+            return self.ladder_adapt
+        return (self.epochs - self.burn_in_epochs) // 4 if self.replicas > 2 else 0
 
     @property
     def thin_epochs(self) -> int:

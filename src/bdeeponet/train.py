@@ -92,7 +92,9 @@ def build_sampler(config: TrainConfig, model: DeepONet, steps_per_epoch: int):
                   control_variate=config.control_variate, fisher_samples=config.fisher_samples)
     if config.method == "sgld":
         return METHODS["sgld"](tau=config.tau1, **kwargs)
-    kwargs.update(lr_hot=config.lr_hot, tau1=config.tau1, tau2=config.tau2)
+    kwargs.update(lr_hot=config.lr_hot, tau1=config.tau1, tau2=config.tau2,
+                  replicas=config.replicas,
+                  adapt_steps=config.ladder_adapt_epochs * steps_per_epoch)
     if config.method == "mresgld":
         kwargs.update(groups=parameter_groups(model), c=config.c)
     return METHODS[config.method](**kwargs)
