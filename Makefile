@@ -27,6 +27,7 @@ BENCH_FLAGS := $(if $(QUICK),--quick,)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_generate.py
 	$(BIN)/python benchmarks/step_cost.py $(BENCH_FLAGS)
+	$(BIN)/python benchmarks/chains_cost.py $(BENCH_FLAGS)
 	$(BIN)/python benchmarks/mresgld_speedup.py $(BENCH_FLAGS)
 	$(BIN)/python benchmarks/metric_cost.py $(BENCH_FLAGS)
 	$(BIN)/python benchmarks/aligned_forward.py $(BENCH_FLAGS)

@@ -12,7 +12,7 @@ Run: python benchmarks/chains_cost.py [--quick] [--pde advection_diffusion|diffu
 
 from __future__ import annotations
 
-from common import header, interleaved, parser_for, print_ratio_table, problem_data, sampler_on
+from common import header, parser_for, problem_data, sampler_on, timed_table
 
 from bdeeponet.device import resolve_device
 
@@ -27,11 +27,8 @@ def table(data, chains: list[int], rounds: int, min_run_time: float, device: str
     runs = {label: sampler_on(data, method, sampling=sampling, device=device,
                               chains=c if c > 1 else None, warmup=3)
             for label, (method, sampling, c) in variants.items()}
-    times = interleaved({k: r.step for k, r in runs.items()}, rounds, min_run_time)
-    n_points, dim_y = data.y.shape
-    print(f"\n{data.meta.get('problem', '?')}: P = {n_points} query points (d = {dim_y}), "
-          f"batch 100 functions per chain; {rounds} rounds; device {device}")
-    print_ratio_table(times, "SGLD, 1 chain", "variant (one iteration of all chains)")
+    timed_table(data, runs, rounds, min_run_time, device, "SGLD, 1 chain",
+                "variant (one iteration of all chains)", "batch 100 functions per chain")
 
 
 def main() -> None:

@@ -148,6 +148,17 @@ def print_ratio_table(times: dict[str, list[float]], baseline: str, first: str,
         print(f"{label:<{width}}{fmt_ms(t):>26}{fmt_ratio(ratio(t, times[baseline])):>22}")
 
 
+def timed_table(data: OperatorData, runs: dict[str, Chain], rounds: int, min_run_time: float,
+                device: str, baseline: str, first: str, batch: str = "batch 100 functions") -> None:
+    """Time each run's ``step`` in interleaved rounds and print the ratio table, under a line
+    naming the problem, its size and the device."""
+    times = interleaved({k: r.step for k, r in runs.items()}, rounds, min_run_time)
+    n_points, dim_y = data.y.shape
+    print(f"\n{data.meta.get('problem', '?')}: P = {n_points} query points (d = {dim_y}), "
+          f"{batch}; {rounds} rounds; device {device}")
+    print_ratio_table(times, baseline, first)
+
+
 def parser_for(doc: str):
     """The options the timing scripts share: --quick and --pde; returns (parser, timing),
     ``timing(args)`` giving (rounds, min_run_time)."""

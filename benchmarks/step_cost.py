@@ -12,7 +12,7 @@ Run: python benchmarks/step_cost.py [--quick] [--pde advection_diffusion|diffusi
 
 from __future__ import annotations
 
-from common import header, interleaved, parser_for, print_ratio_table, problem_data, sampler_on
+from common import header, parser_for, problem_data, sampler_on, timed_table
 
 from bdeeponet.device import resolve_device
 
@@ -27,13 +27,9 @@ VARIANTS = {
 
 
 def table(data, rounds: int, min_run_time: float, device: str = "cpu") -> None:
-    chains = {label: sampler_on(data, method, sampling=sampling, device=device)
-              for label, (method, sampling) in VARIANTS.items()}
-    times = interleaved({k: c.step for k, c in chains.items()}, rounds, min_run_time)
-    n_points, dim_y = data.y.shape
-    print(f"\n{data.meta.get('problem', '?')}: P = {n_points} query points (d = {dim_y}), "
-          f"batch 100 functions; {rounds} rounds; device {device}")
-    print_ratio_table(times, "SGLD", "method")
+    runs = {label: sampler_on(data, method, sampling=sampling, device=device)
+            for label, (method, sampling) in VARIANTS.items()}
+    timed_table(data, runs, rounds, min_run_time, device, "SGLD", "method")
 
 
 def main() -> None:

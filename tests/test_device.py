@@ -57,12 +57,14 @@ def test_cpu_is_the_default_here_and_bit_reproducible(small, method):
 
 
 @needs_gpu
-@pytest.mark.parametrize("method", ["adam", "sgld", "resgld", "mresgld"])
-def test_gpu_runs_repeat_and_agree_with_the_cpu_in_distribution(small, method):
+@pytest.mark.parametrize(("method", "chains"), [
+    ("adam", None), ("sgld", None), ("resgld", None), ("mresgld", None),
+    ("ensemble", 3), ("sgld", 3), ("resgld", 3), ("mresgld", 3)])
+def test_gpu_runs_repeat_and_agree_with_the_cpu_in_distribution(small, method, chains):
     """The GPU's generator (Philox) draws other numbers than the CPU's for the same seed, so
     a GPU run is another chain than the CPU run: it must repeat itself to rounding, come
     back as a CPU posterior, and land near the CPU run's accuracy."""
-    conf = TrainConfig(method=method, **CONF)
+    conf = TrainConfig(method=method, chains=chains, **CONF)
     cpu, gpu, gpu2 = (train(small, conf, device=d) for d in ("cpu", "cuda", "cuda"))
     assert gpu.posterior.samples.device.type == "cpu"  # the posterior comes back to the CPU
     assert torch.allclose(gpu.posterior.samples, gpu2.posterior.samples, rtol=1e-4, atol=1e-5)
