@@ -190,3 +190,25 @@ def test_chains_settings_are_checked(changes, match, data):
     conf = TrainConfig(epochs=3, burn_in=1, batch_size=10, width=8, latent=8, **changes)
     with pytest.raises(ValueError, match="control variate is not available"):
         train(data, conf)
+
+
+def test_the_command_line_trains_chains_and_says_when_they_disagree(data, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    path = tmp_path / "d.npz"
+    data.save(path)
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bdeeponet.cli", "train", str(path), "--method", "sgld",
+         "--chains", "2", "--epochs", "12", "--burn-in", "4", "--batch-size", "10", "--width",
+         "8", "--latent", "8", "--out", str(out), "--quiet"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    rhat = json.loads((out / "metrics.json").read_text())["convergence"]["rhat"]
+    assert ("the 2 chains disagree" in proc.stderr) == (rhat > 1.01)
+    bad = subprocess.run([sys.executable, "-m", "bdeeponet.cli", "train", str(path), "--method",
+                          "adam", "--chains", "3", "--out", str(tmp_path / "bad")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: adam runs one network")
+    assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "bad").exists()

@@ -284,8 +284,11 @@ def cmd_train(args) -> None:
     print(json.dumps({k: round(v, 4) for k, v in summary.items()}))
     rhat = result.metrics.get("convergence", {}).get("rhat", 1.0)
     if rhat > 1.01:
-        print(f"warning: the split R-hat of the sampled predictions is {rhat:.3f} (> 1.01): the "
-              "chain has not converged, so its band is not yet the posterior's", file=sys.stderr)
+        chains = result.posterior.chains
+        what = ("the chain has not converged (run several: --chains 4)" if chains == 1 else
+                f"the {chains} chains disagree")
+        print(f"warning: the split R-hat of the sampled predictions is {rhat:.3f} (> 1.01): "
+              f"{what}, so the band is not yet the posterior's", file=sys.stderr)
     print(f"run written to {out}/ (figures: {', '.join(f.name for f in figs)})")
 
 
