@@ -85,6 +85,44 @@ def test_tame_damps_a_deep_net_until_its_steps_are_safe():
     assert after <= 4.0 * 1.05 and metric.damping > 0
 
 
+def test_stiffness_is_the_largest_eigenvalue_of_the_metric_scaled_hessian():
+    """Against a dense computation on a DeepONet small enough to form H: the eigenvalues of
+    M^½ H M^½, with H by torch.func.hessian and M^½ applied to every unit vector."""
+    torch.manual_seed(1)
+    model = DeepONet(ModelConfig(n_sensors=4, dim_y=1, width=4, depth=1, latent=3))
+    g = torch.Generator().manual_seed(1)
+    u, y = torch.randn(60, 4, generator=g), torch.linspace(0, 1, 6)[:, None]
+    s = torch.cos(2 * y.T) * u[:, :1] + 0.05 * torch.randn(60, 6, generator=g)
+    energy = GaussianEnergy(model, y, 60, 0.05, fan_in_prior(model))
+    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    batches = [(u[:30], s[:30]), (u[30:], s[30:])]
+    metric = estimate_kfac(energy, params, batches, g, samples=4)
+    names = list(params)
+    sizes = [params[n].numel() for n in names]
+    flat = torch.cat([params[n].double().reshape(-1) for n in names])
+    dmodel = DeepONet(model.config).double().eval()
+
+    def u_hat(x):
+        ts = dict(zip(names, [t.view(params[n].shape) for n, t in
+                              zip(names, torch.split(x, sizes), strict=True)], strict=True))
+        pred = dmodel.functional_forward(ts, u.double(), y.double())
+        prior = sum(0.5 * energy.prior_precision(n) * t.square().sum() for n, t in ts.items())
+        return prior + (pred - s.double()).square().sum() / (2 * 0.05**2)
+
+    h = torch.func.hessian(u_hat)(flat)
+    root = []
+    for i in range(len(flat)):
+        e = torch.zeros(len(flat), dtype=torch.float64)
+        e[i] = 1.0
+        parts = dict(zip(names, [t.view(params[n].shape) for n, t in
+                                 zip(names, torch.split(e, sizes), strict=True)], strict=True))
+        r = metric.root(parts)
+        root.append(torch.cat([r[n].double().reshape(-1) for n in names]))
+    root = torch.stack(root, 1)
+    exact = torch.linalg.eigvalsh(root @ h @ root.T).abs().max().item()
+    assert stiffness(energy, metric, params, batches, g, iters=300) == pytest.approx(exact, rel=1e-3)
+
+
 def test_a_group_must_not_split_a_layer():
     energy, params, batches, _ = linear_problem()
     metric = estimate_kfac(energy, params, batches, torch.Generator().manual_seed(0), samples=2)
