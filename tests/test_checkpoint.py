@@ -1,5 +1,7 @@
 """Checkpoints: plain tensors and numbers (weights_only), exact round trips, refusals."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -106,3 +108,18 @@ def test_library_resume_checks_the_settings(data, tmp_path):
     train(data, conf, tmp_path / "run")
     with pytest.raises(ValueError, match=r"resume: the settings differ.*\(epochs, lr\)"):
         train(data, conf.updated(epochs=6, lr=1e-3), tmp_path / "run", resume=True)
+    # a setting added since the run started (absent from its config.json) takes its default
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    del saved["train"]["replicas"], saved["train"]["chains"]
+    (tmp_path / "run" / "config.json").write_text(json.dumps(saved))
+    train(data, conf, tmp_path / "run", resume=True)
+
+
+def test_a_checkpoint_from_an_earlier_version_is_refused_in_one_line(tmp_path):
+    sampler = ReSGLD(metric="identity")
+    state = sampler.init({"w": torch.zeros(3)})
+    tree = checkpoint.encode({"state": state})
+    del tree["__dict__"][0][1]["fields"]["taus"]  # as written before the replica ladder
+    torch.save({"format": "bdeeponet-checkpoint-1", "state": tree}, tmp_path / "old.pt")
+    with pytest.raises(checkpoint.CheckpointError, match="earlier version .*no 'taus'"):
+        checkpoint.load(tmp_path / "old.pt")

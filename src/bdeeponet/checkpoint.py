@@ -13,6 +13,7 @@ same memory that was decoded first, e.g. ``Chain.flat``), since Adam reads that 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import pickle
 from pathlib import Path
@@ -88,7 +89,13 @@ def decode(tree):
             return opt
         if kind not in types:
             raise CheckpointError(f"unknown object type {kind!r} in a checkpoint")
-        obj = object.__new__(types[kind])
+        cls = types[kind]
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in fields] \
+            if dataclasses.is_dataclass(cls) else []
+        if missing:
+            raise CheckpointError(f"the checkpoint was written by an earlier version (its "
+                                  f"{kind} has no '{missing[0]}'); start the run afresh")
+        obj = object.__new__(cls)
         obj.__dict__.update({k: walk(v) for k, v in fields.items()})
         return obj
 

@@ -453,7 +453,9 @@ def check_resume(out: Path, config: TrainConfig) -> None:
     path = out / "config.json"
     if not path.exists():  # nothing to resume: a fresh run
         return
-    saved, now = json.loads(path.read_text())["train"], config.to_dict()
+    # (read through TrainConfig: a setting added since the run started takes its default)
+    saved = TrainConfig.from_dict(json.loads(path.read_text())["train"]).to_dict()
+    now = config.to_dict()
     diff = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
     if diff:
         raise ValueError(f"resume: the settings differ from the saved run's ({', '.join(diff)})")
