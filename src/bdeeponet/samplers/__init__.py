@@ -1,5 +1,8 @@
-"""Samplers: one file per method, all with ``init(params)``, ``step(state, energy, batch,
-generator, index=None)``, ``end_burn_in(state, energy, data, generator)`` and ``sample(state)``.
+"""Samplers: one file per method, all with ``init(params, chains=None)``, ``step(state, energy,
+batch, generator, index=None)``, ``end_burn_in(state, energy, data, generator)`` and
+``sample(state)``. With ``chains=C`` every tensor of ``params`` has a leading dimension of C
+and C independent chains (or, for :class:`DeepEnsemble`, networks) advance as one batch;
+the batch ``(u, s)`` may then be (C, n, ...) (each chain its own minibatch) or shared.
 
 They work on any torch model through ``torch.func.functional_call``. At their defaults the
 SG-MCMC samplers optimise during burn-in (the warm start), and ``end_burn_in`` estimates the
