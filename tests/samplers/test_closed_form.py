@@ -41,6 +41,16 @@ def test_defaults_sample_the_closed_form_posterior(name, problem):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", ["sgld", "mresgld"])
+def test_four_chains_as_one_batch_sample_the_closed_form_posterior(name, problem):
+    """Four chains from four initialisations, each on its own minibatches, batched (each
+    with its own Kronecker metric): the pooled draws pass the same check (ESS across them)."""
+    preds = sample_predictions(SAMPLERS[name](), problem, keep=100, chains=4)
+    assert preds.shape[:2] == (4, 100)
+    check(compare(preds, problem))
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler", [SGLD(tau=2.0), SGLD(metric="rmsprop")],
                          ids=["wrong-temperature", "diagonal-metric"])
 def test_the_check_fails_for_a_wrong_posterior(sampler, problem):
