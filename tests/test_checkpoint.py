@@ -123,3 +123,35 @@ def test_a_checkpoint_from_an_earlier_version_is_refused_in_one_line(tmp_path):
     torch.save({"format": "bdeeponet-checkpoint-1", "state": tree}, tmp_path / "old.pt")
     with pytest.raises(checkpoint.CheckpointError, match="earlier version .*no 'taus'"):
         checkpoint.load(tmp_path / "old.pt")
+
+
+def test_caches_stay_out_of_checkpoints_and_are_rebuilt(data):
+    """The metric's float32 eigenbases and the control variate's per-group copies are
+    derivable: a checkpoint holds none of them, and the chain continues bit for bit."""
+    make = lambda m: MReSGLD(warm_steps=10, control_variate=True,  # noqa: E731
+                             groups=parameter_groups(m))
+    u, s, y = (torch.tensor(a, dtype=torch.float32) for a in (data.u_train, data.s_train, data.y))
+    torch.manual_seed(0)
+    model = DeepONet(ModelConfig(n_sensors=20, dim_y=1, width=8, latent=8, depth=2))
+    sampler, g = make(model), torch.Generator().manual_seed(1)
+    state = sampler.init(dict(model.named_parameters()))
+    sampler.end_burn_in(state, GaussianEnergy(model, y, 40, 0.01, 1.0), (u, s), g)
+    for _ in range(4):
+        idx = torch.randint(0, 40, (10,), generator=g)
+        sampler.step(state, GaussianEnergy(model, y, 40, 0.01, 1.0), (u[idx], s[idx]), g,
+                     index=idx)
+    assert "_columns" in vars(state.sampling.cv) and "_single" in vars(state.sampling.metric.blocks[0])
+
+    def keys(tree):  # every object's attribute names, all the way down
+        if isinstance(tree, list):
+            for v in tree:
+                yield from keys(v)
+        elif isinstance(tree, dict):
+            fields = tree.get("fields")
+            if isinstance(fields, dict):
+                yield from fields
+                yield from keys(list(fields.values()))
+            yield from keys([v for _, v in tree.get("__dict__", [])])
+
+    assert not [k for k in keys(checkpoint.encode(state)) if k.startswith("_")]
+    assert torch.equal(_chain(data, make), _chain(data, make, round_trips=(5, 20)))

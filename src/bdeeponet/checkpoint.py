@@ -2,10 +2,11 @@
 
 A run's loop state (the sampler's state objects, the generator, the history) is turned
 into nested dicts, lists, tensors and numbers: each object becomes
-``{"__type__": NAME, "fields": {...}}``, where NAME must be one of the :data:`TYPES`
-allow-listed here, so reading a checkpoint never runs code named by the file. Tensors that
-share memory (a chain's parameter views into its flat buffer) are stored once by
-``torch.save`` and share it again after loading. An optimizer is stored as its
+``{"__type__": NAME, "fields": {...}}`` (its attributes, less the caches whose names start
+with an underscore), where NAME must be one of the :data:`TYPES` allow-listed here, so
+reading a checkpoint never runs code named by the file. Tensors that share memory (a
+chain's parameter views into its flat buffer) are stored once by ``torch.save`` and share
+it again after loading. An optimizer is stored as its
 ``state_dict`` and rebuilt around the very tensor object it updates (the one holding the
 same memory that was decoded first, e.g. ``Chain.flat``), since Adam reads that object's
 ``.grad``.
@@ -60,7 +61,9 @@ def encode(obj):
     name = type(obj).__name__
     if _types().get(name) is not type(obj):
         raise TypeError(f"cannot checkpoint an object of type {type(obj).__qualname__}")
-    return {"__type__": name, "fields": {k: encode(v) for k, v in vars(obj).items()}}
+    # attributes named with a leading underscore are caches, rebuilt on demand: not state
+    return {"__type__": name, "fields": {k: encode(v) for k, v in vars(obj).items()
+                                         if not k.startswith("_")}}
 
 
 def decode(tree):

@@ -33,15 +33,15 @@ class ControlVariate:
         # check's band came out 1.7x too wide with them
         self.rows = rows
         self.total = rows.mean(dim=0)
-        self._columns: dict[tuple[int, int], torch.Tensor] = {}  # contiguous copies of spans
 
     def _rows(self, span: slice) -> torch.Tensor:
         if span.start == 0 and span.stop == self.rows.shape[1]:
             return self.rows
         key = (span.start, span.stop)
-        if key not in self._columns:  # m-reSGLD's groups: one copy each, made once
-            self._columns[key] = self.rows[:, span].contiguous()
-        return self._columns[key]
+        columns = self.__dict__.setdefault("_columns", {})  # a cache: not checkpointed
+        if key not in columns:  # m-reSGLD's groups: one contiguous copy each, made once
+            columns[key] = self.rows[:, span].contiguous()
+        return columns[key]
 
     @classmethod
     def at(cls, energy, chain: Chain, data) -> ControlVariate:

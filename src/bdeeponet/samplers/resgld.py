@@ -53,7 +53,6 @@ class ReplicaState:
     swap_var: list[RunningVariance]  # Var(ΔÛ) of each neighbouring pair on a shared minibatch
     replica_var: list[RunningVariance]  # σ_k² of each level's energy estimator
     taus: list[float]  # the ladder
-    n_swaps: int = 0  # accepted swaps, all pairs (and all C chains)
     n_steps: int = 0  # sampling steps
     accelerated: bool = False  # m-reSGLD: the hot replicas update one group at a time
     warm: WarmStart | None = None
@@ -71,6 +70,11 @@ class ReplicaState:
     round_length: int = 0  # steps of the current adaptation round
     round_left: int = 0  # its steps still to take
     adapt_left: int = 0  # adaptation steps still to take
+
+    @property
+    def n_swaps(self) -> int:
+        """Accepted swaps, all pairs (and all C chains)."""
+        return sum(self.accepted)
 
 
 @dataclass(frozen=True)
@@ -188,10 +192,9 @@ class ReSGLD(LangevinSettings):
                 state.energy_gap_sum = state.energy_gap_sum - delta if batched \
                     else state.energy_gap_sum - float(delta)
                 swapped_pair0 = any(accept_list)
-                rate0 = float(np.mean([1 - r for r in rejection]))
+                rate0 = 1 - sum(rejection) / len(rejection)
             self._record(state, k, accept_list, rejection)
             n_accepted, n_offered = n_accepted + sum(accept_list), n_offered + len(accept_list)
-            state.n_swaps += sum(accept_list)
             if any(accept_list):
                 grads = self._exchange(state, k, accept if batched else None, grads, active)
         if swapped_pair0 and active is not None:  # the new cold particles: a full gradient
