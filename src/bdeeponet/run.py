@@ -78,7 +78,8 @@ def predict(run: Run, u, y, level: float = 0.95, function_level: float = 0.95,
     out = run.posterior.predict(u, y, seed=run.config.seed)
     post = run.posterior
     return bands(out["mean"].numpy(), out["std"].numpy(), post.noise_std,
-                 Calibration.from_dict(post.calibration), level, function_level)
+                 Calibration.from_dict(post.calibration), level, function_level,
+                 out["dof"].numpy())
 
 
 def _float_array(key: str, a) -> np.ndarray:
@@ -92,18 +93,20 @@ def _float_array(key: str, a) -> np.ndarray:
 def evaluate(run: Run, data: OperatorData, device: torch.device | str | None = "cpu") -> dict:
     """Metrics of the run's predictive distribution on ``data``'s test set."""
     pred = predict(run, data.u_test, data.y, device=device)
-    return test_metrics(pred["mean"], pred["std"], data.s_test, run.posterior)
+    return test_metrics(pred["mean"], pred["std"], data.s_test, run.posterior, pred["dof"])
 
 
-def test_metrics(mean, std, s_clean, posterior) -> dict:
+def test_metrics(mean, std, s_clean, posterior, dof=None) -> dict:
     """The paper's e1, e2, e3 of the raw band, NLL, CRPS, and the coverage of the clean
-    truth at each nominal level, raw and calibrated, pointwise and per function."""
+    truth at each nominal level, raw and calibrated, pointwise and per function (bands of
+    the predictive distribution: Student-t at ``dof`` where given)."""
     metrics = all_metrics(mean, std, s_clean)
     cal = posterior.calibration
+    noise = posterior.noise_std
     metrics["coverage"] = {
-        "raw": coverage_table(mean, std, s_clean, posterior.noise_std, None),
-        "calibrated": coverage_table(mean, std, s_clean, posterior.noise_std,
-                                     Calibration.from_dict(cal)) if cal else None,
+        "raw": coverage_table(mean, std, s_clean, noise, None, dof=dof),
+        "calibrated": coverage_table(mean, std, s_clean, noise, Calibration.from_dict(cal),
+                                     dof=dof) if cal else None,
     }
     if cal:
         metrics["calibration_scales"] = dict(zip((f"{v:g}" for v in cal["levels"]), cal["scales"],

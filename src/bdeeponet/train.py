@@ -383,9 +383,11 @@ def _test_metrics(post, data: OperatorData, seed: int, held_out) -> dict:
     if held_out is not None:
         pred = post.predict(held_out[0], data.y, seed=seed)
         post.calibration = fit_calibration(pred["mean"].numpy(), pred["std"].numpy(),
-                                           held_out[1], post.noise_std, y=data.y).to_dict()
+                                           held_out[1], post.noise_std, dof=pred["dof"].numpy(),
+                                           y=data.y, trust_band=post.band_trusted).to_dict()
     pred = post.predict(data.u_test, data.y, seed=seed)
-    metrics = test_metrics(pred["mean"].numpy(), pred["std"].numpy(), data.s_test, post)
+    metrics = test_metrics(pred["mean"].numpy(), pred["std"].numpy(), data.s_test, post,
+                           pred["dof"].numpy())
     metrics["n_samples"] = post.n_samples
     metrics["noise_std"] = post.noise_std
     return metrics

@@ -1,0 +1,62 @@
+"""The predictive distribution of several chains (bdeeponet.posterior.pooled_predictive)
+against Monte Carlo: chains stuck in different regions, the truth one more such region."""
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import norm
+
+from bdeeponet.calibration import quantile
+from bdeeponet.posterior import pooled_predictive
+
+LEVELS = (0.5, 0.8, 0.9, 0.95, 0.99)
+
+
+def _chains(rng, n, chains, draws, between, within):
+    """n independent points; each chain's centre ~ N(0, between), its draws add
+    N(0, within); the truth is one more centre plus one more draw."""
+    centre = np.sqrt(between) * rng.standard_normal((chains + 1, n))
+    x = centre[:chains, None] + np.sqrt(within) * rng.standard_normal((chains, draws, n))
+    truth = centre[chains] + np.sqrt(within) * rng.standard_normal(n)
+    x = torch.from_numpy(x)
+    return x.mean(1), (x**2).mean(1), truth
+
+
+def _coverage(mean, std, dof, truth, level):
+    return 100 * float(np.mean(np.abs(truth - mean.numpy()) <= quantile(level, dof.numpy())
+                               * std.numpy()))
+
+
+@pytest.mark.parametrize("within", [0.0, 1.0])
+def test_four_chains_that_have_not_mixed_cover_at_the_nominal_rate(within):
+    """Four chains, the spread between them as large as within them or alone: the t band
+    covers within 1 point of nominal (2e5 points: binomial SE <= 0.11 points; with only
+    between-chain spread the t_3 band is exact, with both Welch-Satterthwaite is an
+    approximation), while the Gaussian band of the pooled draws (the control, what a
+    single pool of samples gives) covers 82% and 90% at nominal 95%."""
+    rng = np.random.default_rng(0)
+    draws = 50
+    cm, csq, truth = _chains(rng, 200_000, 4, draws, 1.0, within)
+    mean, std, dof = pooled_predictive(cm, csq, draws)
+    pooled = ((csq.mean(0) - cm.mean(0) ** 2) * (4 * draws / (4 * draws - 1))).sqrt()
+    for level in LEVELS:
+        got = _coverage(mean, std, dof, truth, level)
+        assert abs(got - 100 * level) < 1.0, (level, got)
+    control = 100 * float(np.mean(np.abs(truth - mean.numpy()) <= norm.ppf(0.975) * pooled.numpy()))
+    assert control < 95 - 4, control  # 82 (between only), 90 (both)
+
+
+def test_mixed_chains_and_ensembles_are_gaussian():
+    """Chains that agree (no spread between them) give the pooled sample spread and an
+    infinite dof; so do one chain and chains of one draw each (a deep ensemble)."""
+    rng = np.random.default_rng(1)
+    x = torch.from_numpy(rng.standard_normal((3, 20, 5)))
+    mean, std, dof = pooled_predictive(x.mean(1)[:1], (x**2).mean(1)[:1], 20)
+    assert torch.isinf(dof).all()
+    assert torch.allclose(std, x[0].std(0)) and torch.allclose(mean, x[0].mean(0))
+    members = x[:, 0]
+    mean, std, dof = pooled_predictive(members, members**2, 1)
+    assert torch.isinf(dof).all() and torch.allclose(std, members.std(0))
+    same = x.mean(1)[:1].expand(3, 5)
+    _, _, dof = pooled_predictive(same, same**2 + 1.0, 20)
+    assert torch.isinf(dof).all()
