@@ -17,10 +17,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from .calibration import quantile
 from .energy import GaussianEnergy
 from .grf import rbf_grf
 from .linear import fit_linear
 from .metrics import effective_sample_size, ess_bulk, rhat
+from .posterior import pooled_predictive
 
 N, N_TEST, M, SIGMA = 1000, 100, 100, 0.01
 
@@ -106,10 +108,12 @@ def sample_predictions(sampler, problem: ClosedForm, burn_in: int = 100, keep: i
 def compare(preds: np.ndarray, problem: ClosedForm) -> dict:
     """Sampled against exact: the sd ratio (median over test points), the mean's error in
     exact sds (99th percentile), the 95% coverage of the truth, the prediction ESS (of C
-    chains' draws (C, keep, ...) pooled: their multi-chain bulk ESS, and their R̂)."""
+    chains' draws (C, keep, ...): the predictive distribution users get
+    (:func:`~bdeeponet.posterior.pooled_predictive`), their multi-chain bulk ESS and R̂)."""
     chains = preds if preds.ndim == 4 else preds[None]
-    preds = chains.reshape(-1, *chains.shape[2:])
-    pm, ps = preds.mean(0), preds.std(0, ddof=1)
+    t = torch.from_numpy(chains)
+    mean, std, dof = pooled_predictive(t.mean(1), (t**2).mean(1), chains.shape[1])
+    pm, ps, q95 = mean.numpy(), std.numpy(), quantile(0.95, dof.numpy())
     flat = chains.reshape(*chains.shape[:2], -1)
     cols = np.linspace(0, flat.shape[2] - 1, 200).astype(int)
     if len(chains) == 1:
@@ -119,7 +123,7 @@ def compare(preds: np.ndarray, problem: ClosedForm) -> dict:
     return {
         "sd_ratio": float(np.median(ps / problem.sd)),
         "mean_error": float(np.quantile(np.abs(pm - problem.mean) / problem.sd, 0.99)),
-        "coverage": 100 * float(np.mean(np.abs(problem.truth - pm) <= 1.96 * ps)),
+        "coverage": 100 * float(np.mean(np.abs(problem.truth - pm) <= q95 * ps)),
         "exact_coverage": 100 * float(np.mean(np.abs(problem.truth - problem.mean)
                                               <= 1.96 * problem.sd)),
         "ess": ess,
