@@ -58,6 +58,22 @@ def neighbour_pairs(y) -> np.ndarray | None:
     return np.nonzero(inverse.reshape(-1) == mode)[0]
 
 
+def line_windows(y, half: int = 2) -> np.ndarray | None:
+    """Centres p of the windows p−half .. p+half that lie on one grid line (every step
+    between them one grid step), or None without grid lines."""
+    pairs = neighbour_pairs(y)
+    if pairs is None:
+        return None
+    n = np.asarray(y).shape[0]
+    step = np.zeros(n, dtype=bool)
+    step[pairs] = True
+    ok = np.zeros(n, dtype=bool)
+    for p in range(half, n - half):
+        ok[p] = step[p - half : p + half].all()
+    centres = np.nonzero(ok)[0]
+    return centres if centres.size else None
+
+
 def smooth_second_moment(r: np.ndarray, y, lags: int = 3) -> float | None:
     """``E[e_p e_{p+j}]``, j = 1..``lags`` grid steps apart along a grid line, from residuals
     ``r = e + ε`` (n, P): the independent noise ε drops out of the products' mean, a smooth
