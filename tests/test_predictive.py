@@ -60,3 +60,26 @@ def test_mixed_chains_and_ensembles_are_gaussian():
     same = x.mean(1)[:1].expand(3, 5)
     _, _, dof = pooled_predictive(same, same**2 + 1.0, 20)
     assert torch.isinf(dof).all()
+
+
+def test_a_posterior_of_several_chains_predicts_the_pooled_t_distribution():
+    """``Posterior.predict`` splits its samples into the chains (chain-major) and gives
+    :func:`pooled_predictive` of them; its band is trusted by calibration, one chain's and
+    MC dropout's are not."""
+    from bdeeponet.model import DeepONet, ModelConfig
+    from bdeeponet.posterior import Posterior, flatten
+
+    config = ModelConfig(n_sensors=5, dim_y=1, width=8, depth=1, latent=4)
+    torch.manual_seed(0)
+    vecs = torch.stack([flatten(dict(DeepONet(config).named_parameters())).detach()
+                        for _ in range(6)])
+    post = Posterior(config, vecs, chains=2)
+    u, y = torch.randn(3, 5), torch.linspace(0, 1, 7)[:, None]
+    out = post.predict(u, y)
+    draws = torch.stack([p.double() for p in post.trajectories(u, y)]).reshape(2, 3, 3, 7)
+    mean, std, dof = pooled_predictive(draws.mean(1), (draws**2).mean(1), 3)
+    assert torch.allclose(out["mean"], mean) and torch.allclose(out["std"], std, rtol=1e-6)
+    assert torch.allclose(out["dof"], dof) and torch.isfinite(dof).all()
+    assert post.band_trusted
+    assert not Posterior(config, vecs, chains=1).band_trusted
+    assert not Posterior(config, vecs[:1], mc_dropout=10).band_trusted
