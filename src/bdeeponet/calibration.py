@@ -23,10 +23,11 @@ reject it: where σ dwarfs the error, 100 noisy functions cannot tell k = 1 from
 13 points at 95%, passes). One chain's band is not trusted so far: there the error's second
 moment, from products of neighbouring residuals (the independent noise drops out of them;
 :func:`moment_scale`), replaces it, and each level gets its own k (see
-:func:`fit_calibration`). ``q'_α`` is the ⌈(n+1)α⌉-th smallest of the n held-out functions' ``max_p |s̃ − mean| / sqrt(k² std² + σ²)``:
-finite-sample valid for a noisy trajectory, and conservative for the clean one. With fewer
-than 1/(1 − α) − 1 held-out functions the level is out of conformal reach, and the Gaussian
-union bound over the P points is used.
+:func:`fit_calibration`). ``q'_α`` is the ⌈(n+1)α⌉-th smallest of the n held-out
+functions' ``max_p |s̃ − mean| / sqrt(k² std² + σ²)``: finite-sample valid for a noisy
+trajectory, and conservative for the clean one. With fewer than 1/(1 − α) − 1 held-out
+functions the level is out of conformal reach, and the Gaussian union bound over the P
+points is used.
 """
 
 from __future__ import annotations
