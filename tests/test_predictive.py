@@ -6,7 +6,7 @@ import pytest
 import torch
 from scipy.stats import norm
 
-from bdeeponet.calibration import quantile
+from bdeeponet.calibration import predictive_quantile
 from bdeeponet.posterior import pooled_predictive
 
 LEVELS = (0.5, 0.8, 0.9, 0.95, 0.99)
@@ -23,8 +23,8 @@ def _chains(rng, n, chains, draws, between, within):
 
 
 def _coverage(mean, std, dof, truth, level):
-    return 100 * float(np.mean(np.abs(truth - mean.numpy()) <= quantile(level, dof.numpy())
-                               * std.numpy()))
+    half = predictive_quantile(level, dof.numpy()) * std.numpy()
+    return 100 * float(np.mean(np.abs(truth - mean.numpy()) <= half))
 
 
 @pytest.mark.parametrize("within", [0.0, 1.0])

@@ -6,8 +6,8 @@ Three bands answer three questions (all of shape (n, P)):
 * **solution band** ``mean ± q_α k std``: where the true s lies, pointwise, with
   probability α. ``std`` is the predictive standard deviation of the posterior's
   predictions, ``q_α`` the Gaussian z, or the Student-t quantile where several chains that
-  have not mixed leave few degrees of freedom (:func:`quantile`); ``k`` the calibration
-  factor (1 when uncalibrated).
+  have not mixed leave few degrees of freedom (:func:`predictive_quantile`); ``k`` the
+  calibration factor (1 when uncalibrated).
 * **observation band** ``mean ± sqrt((q_α k std)² + (z_α σ)²)``: where a new noisy
   measurement lies, the noise σ included.
 * **function-level band** ``mean ± q'_α sqrt(k² std² + σ²)``: the whole trajectory inside
@@ -89,8 +89,8 @@ class Calibration:
 def fit_calibration(mean, std, s_noisy, noise_std: float, levels=NOMINAL_LEVELS,
                     dof=None, y=None, trust_band: bool = True) -> Calibration:
     """k_α and the function-level q_α from held-out functions: ``mean``, ``std``, ``dof``
-    (the predictive distribution, see :func:`quantile`) and ``s_noisy``, each (n, P) at the
-    query points ``y`` (P, d; optional).
+    (the predictive distribution, see :func:`predictive_quantile`) and ``s_noisy``, each
+    (n, P) at the query points ``y`` (P, d; optional).
 
     At each level k_α is the root of the held-out observation band's coverage, unless none
     is needed or none can be told apart. Then:
@@ -110,8 +110,8 @@ def fit_calibration(mean, std, s_noisy, noise_std: float, levels=NOMINAL_LEVELS,
     mean, std, s = (np.asarray(a, dtype=np.float64) for a in (mean, std, s_noisy))
     r = np.abs(s - mean)
     if trust_band:
-        k = float(np.median([_fit_scale(r, quantile(level, dof) * std, noise_std, level, 1.0,
-                                        True) for level in levels]))
+        k = float(np.median([_fit_scale(r, predictive_quantile(level, dof) * std, noise_std,
+                                        level, 1.0, True) for level in levels]))
         scales = (k,) * len(levels)
     else:
         fallback = moment_scale(s - mean, std, noise_std, y)
@@ -182,7 +182,7 @@ def _fit_scale(r, half, noise_std, level, fallback: float, trust_band: bool,
     return hi
 
 
-def quantile(level: float, dof=None):
+def predictive_quantile(level: float, dof=None):
     """The two-sided quantile of the predictive distribution at ``level``: the Gaussian z,
     or per point the Student-t quantile at ``dof`` (inf: Gaussian), see
     :func:`bdeeponet.posterior.pooled_predictive`."""
@@ -201,7 +201,7 @@ def bands(mean, std, noise_std: float, calibration: Calibration | None = None,
     check_level(function_level)
     cal = calibration or Calibration()
     mean, std = np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64)
-    half, k = quantile(level, dof) * std, cal.scale(level)
+    half, k = predictive_quantile(level, dof) * std, cal.scale(level)
     obs_std = np.sqrt((k * std) ** 2 + noise_std**2)
     # the model's part and the Gaussian noise's half-widths add in quadrature
     obs_half = np.sqrt((k * half) ** 2 + (z_value(level) * noise_std) ** 2)

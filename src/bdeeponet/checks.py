@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .calibration import quantile
+from .calibration import predictive_quantile
 from .energy import GaussianEnergy
 from .grf import rbf_grf
 from .linear import fit_linear
@@ -113,7 +113,7 @@ def compare(preds: np.ndarray, problem: ClosedForm) -> dict:
     chains = preds if preds.ndim == 4 else preds[None]
     t = torch.from_numpy(chains)
     mean, std, dof = pooled_predictive(t.mean(1), (t**2).mean(1), chains.shape[1])
-    pm, ps, q95 = mean.numpy(), std.numpy(), quantile(0.95, dof.numpy())
+    pm, ps, q95 = mean.numpy(), std.numpy(), predictive_quantile(0.95, dof.numpy())
     flat = chains.reshape(*chains.shape[:2], -1)
     cols = np.linspace(0, flat.shape[2] - 1, 200).astype(int)
     if len(chains) == 1:
