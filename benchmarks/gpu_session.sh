@@ -26,8 +26,8 @@ part() {  # part NAME SECONDS COMMAND...
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
 part tests 100 $PY -m pytest -q -p no:cacheprovider tests/test_device.py
-part chains 170 $PY benchmarks/chains_cost.py --quick --device cuda --chains 1 8 64 --pairs 1 8 \
-  --fisher-samples 2 --pde diffusion_reaction
+part chains 170 $PY benchmarks/chains_cost.py --quick --device cuda --chains 1 8 64 --pairs 1 \
+  --fisher-samples 2 --shared-metric --pde diffusion_reaction
 part graph 70 $PY benchmarks/cuda_graph_probe.py --quick --chains 1 --pde diffusion_reaction
 rm -rf /tmp/grid
 start=$(date +%s)

@@ -101,8 +101,7 @@ class GaussianEnergy:
                     [params[n] for n in grads], [self.prior_precision(n) for n in grads]))
             elif isinstance(self.prior_std, dict):
                 norms = torch.stack(torch._foreach_norm(list(params.values())))
-                prec = torch.tensor([self.prior_precision(n) for n in params], dtype=norms.dtype,
-                                    device=norms.device)
+                prec = self._precision_vector(list(params), norms)
                 prior = 0.5 * (norms.square() * prec).sum()
                 torch._foreach_add_(list(grads.values()), torch._foreach_mul(
                     [params[n] for n in grads], [self.prior_precision(n) for n in grads]))
@@ -111,6 +110,17 @@ class GaussianEnergy:
                 torch._foreach_add_(list(grads.values()), [params[n] for n in grads],
                                     alpha=1 / self.prior_std**2)
         return EnergyValue(prior + scale * terms.sum(-1), terms, scale, self.n_total), grads
+
+    def _precision_vector(self, names: list[str], like: torch.Tensor) -> torch.Tensor:
+        """The prior precisions of ``names`` as a tensor like ``like``, made once: building
+        it every step copied a host list to the device (a synchronising copy on a GPU, and
+        one that CUDA-graph capture refuses)."""
+        key = (tuple(names), like.device, like.dtype)
+        cache = self.__dict__.setdefault("_precision_vectors", {})
+        if key not in cache:
+            cache[key] = torch.tensor([self.prior_precision(n) for n in names], dtype=like.dtype,
+                                      device=like.device)
+        return cache[key]
 
     def _chain_priors(self, params: Params) -> torch.Tensor:
         """The prior energy of each of C chains (tensors (C, ...)): (C,), differentiable."""
