@@ -28,14 +28,19 @@ def test_fit_recovers_the_spread_factor_and_calibrates_the_truth():
     rng = np.random.default_rng(0)
     cal = fit_calibration(*(a for i, a in enumerate(synthetic(rng, 2000, 3.0)) if i != 2), SIGMA)
     assert np.allclose(cal.scales, 3.0, rtol=0.03), cal.scales
-    mean, std, s, _ = synthetic(rng, 2000, 3.0)
-    table = coverage_table(mean, std, s, SIGMA, cal)
+    mean, std, s, noisy = synthetic(rng, 2000, 3.0)
+    table = coverage_table(mean, std, s, SIGMA, cal, s_observed=noisy)
+    clean = coverage_table(mean, std, s, SIGMA, cal)
     raw = coverage_table(mean, std, s, SIGMA, None)
     for level in NOMINAL_LEVELS:
         key = f"{level:g}"
         assert abs(table["pointwise"][key] - 100 * level) < 1.0, table
         assert raw["pointwise"][key] < 100 * level - 20
-        assert table["function"][key] >= 100 * level - 2.0  # conservative for clean truths
+        # the function-level band is one for observed trajectories: on 2000 fresh noisy
+        # functions it covers at its level (binomial sd <= 1.1 points; the split-conformal
+        # quantile from 2000 held-out functions adds about as much), the clean truth above
+        assert abs(table["function"][key] - 100 * level) < 3.5, table
+        assert clean["function"][key] >= table["function"][key]
 
 
 def test_a_right_spread_is_kept():

@@ -226,14 +226,28 @@ def _bonferroni(level: float, n_points: int) -> float:
 
 
 def coverage_table(mean, std, s_clean, noise_std: float, calibration: Calibration | None,
-                   levels=NOMINAL_LEVELS, dof=None) -> dict:
-    """Observed coverage (%) of the clean truth at each level: pointwise by the solution
-    band, and per function (the whole trajectory inside) by the function-level band."""
+                   levels=NOMINAL_LEVELS, dof=None, s_observed=None) -> dict:
+    """Observed coverage (%) at each level: of the clean truth pointwise by the solution
+    band, and of whole observed trajectories by the function-level band (an observation
+    band: ``s_observed``, (n, P) or replicates (R, n, P); default the clean truth, which
+    that band covers far above its level wherever σ is not small)."""
     s = np.asarray(s_clean, dtype=np.float64)
+    obs = s if s_observed is None else np.asarray(s_observed, dtype=np.float64)
     point, func = {}, {}
     for level in levels:
         b = bands(mean, std, noise_std, calibration, level, level, dof)
         point[f"{level:g}"] = 100 * float(((s >= b["lower"]) & (s <= b["upper"])).mean())
-        inside = (s >= b["sim_lower"]) & (s <= b["sim_upper"])
-        func[f"{level:g}"] = 100 * float(inside.all(axis=1).mean())
+        inside = (obs >= b["sim_lower"]) & (obs <= b["sim_upper"])
+        func[f"{level:g}"] = 100 * float(inside.all(axis=-1).mean())
     return {"pointwise": point, "function": func}
+
+
+def observed_trajectories(s_test, noise_std: float | None, rng: np.random.Generator,
+                          replicates: int = 20) -> np.ndarray:
+    """What the function-level band is scored against: where the data record the σ of
+    their noise, the test targets are clean and ``replicates`` noisy copies of them are
+    drawn, (R, n, P); where they do not, the test targets are the observations."""
+    s = np.asarray(s_test, dtype=np.float64)
+    if noise_std is None:
+        return s
+    return s + float(noise_std) * rng.standard_normal((replicates, *s.shape))

@@ -87,9 +87,9 @@ CAL_LEVELS = ("0.5", "0.8", "0.9", "0.95", "0.99")
 
 
 def calibration_rows(records: dict) -> list[dict]:
-    """Observed coverage (%) of the clean test truth at each nominal level, mean over seeds:
-    pointwise by the raw band, pointwise by the calibrated band, per function by the
-    function-level band."""
+    """Observed coverage (%) at each nominal level, mean over seeds: of the clean test truth
+    pointwise by the raw band and by the calibrated band, and of whole observed (noisy)
+    test trajectories by the function-level band."""
     rows = []
     for (problem, noise, method), recs in records.items():
         cov = [r["metrics"].get("coverage") for r in recs]
@@ -157,10 +157,11 @@ def _fmt(mean: float, sd: float) -> str:
 def calibration_markdown(cal: list[dict], swaps: list[dict]) -> str:
     lines = []
     if cal:
-        lines += ["### Calibration: observed coverage (%) of the clean test truth", "",
-                  "Pointwise by the raw band (mean ± z std), by the band calibrated on held-out "
-                  "training functions, and per function (whole trajectory inside) by the "
-                  "function-level band; mean over seeds.", ""]
+        lines += ["### Calibration: observed coverage (%) of the test set", "",
+                  "Of the clean truth pointwise by the raw band (mean ± z std) and by the band "
+                  "calibrated on held-out training functions; of whole noisy test trajectories "
+                  "(the clean truth plus the data's noise, 20 draws) by the function-level "
+                  "band, an observation band; mean over seeds.", ""]
         head = ["scenario", "method", *(f"raw {v}" for v in CAL_LEVELS),
                 *(f"cal. {v}" for v in CAL_LEVELS), *(f"function {v}" for v in CAL_LEVELS)]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .calibration import Calibration, bands, coverage_table
+from .calibration import Calibration, bands, coverage_table, observed_trajectories
 from .config import TrainConfig
 from .data import OperatorData
 from .device import resolve_device
@@ -93,20 +93,25 @@ def _float_array(key: str, a) -> np.ndarray:
 def evaluate(run: Run, data: OperatorData, device: torch.device | str | None = "cpu") -> dict:
     """Metrics of the run's predictive distribution on ``data``'s test set."""
     pred = predict(run, data.u_test, data.y, device=device)
-    return test_metrics(pred["mean"], pred["std"], data.s_test, run.posterior, pred["dof"])
+    return test_metrics(pred["mean"], pred["std"], data, run.posterior, pred["dof"],
+                        seed=run.config.seed)
 
 
-def test_metrics(mean, std, s_clean, posterior, dof=None) -> dict:
-    """The paper's e1, e2, e3 of the raw band, NLL, CRPS, and the coverage of the clean
-    truth at each nominal level, raw and calibrated, pointwise and per function (bands of
-    the predictive distribution: Student-t at ``dof`` where given)."""
+def test_metrics(mean, std, data: OperatorData, posterior, dof=None, seed: int = 0) -> dict:
+    """The paper's e1, e2, e3 of the raw band, NLL, CRPS, and the coverage at each nominal
+    level, raw and calibrated: of the clean truth pointwise, and of whole observed test
+    trajectories by the function-level band (noisy copies of clean test targets drawn
+    with ``seed``, see :func:`~.calibration.observed_trajectories`). Bands of the predictive
+    distribution: Student-t at ``dof`` where given."""
+    s_clean = data.s_test
     metrics = all_metrics(mean, std, s_clean)
     cal = posterior.calibration
     noise = posterior.noise_std
+    observed = observed_trajectories(s_clean, data.noise_std, np.random.default_rng(seed))
     metrics["coverage"] = {
-        "raw": coverage_table(mean, std, s_clean, noise, None, dof=dof),
+        "raw": coverage_table(mean, std, s_clean, noise, None, dof=dof, s_observed=observed),
         "calibrated": coverage_table(mean, std, s_clean, noise, Calibration.from_dict(cal),
-                                     dof=dof) if cal else None,
+                                     dof=dof, s_observed=observed) if cal else None,
     }
     if cal:
         metrics["calibration_scales"] = dict(zip((f"{v:g}" for v in cal["levels"]), cal["scales"],

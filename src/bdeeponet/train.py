@@ -386,8 +386,8 @@ def _test_metrics(post, data: OperatorData, seed: int, held_out) -> dict:
                                            held_out[1], post.noise_std, dof=pred["dof"].numpy(),
                                            y=data.y, trust_band=post.band_trusted).to_dict()
     pred = post.predict(data.u_test, data.y, seed=seed)
-    metrics = test_metrics(pred["mean"].numpy(), pred["std"].numpy(), data.s_test, post,
-                           pred["dof"].numpy())
+    metrics = test_metrics(pred["mean"].numpy(), pred["std"].numpy(), data, post,
+                           pred["dof"].numpy(), seed=seed)
     metrics["n_samples"] = post.n_samples
     metrics["noise_std"] = post.noise_std
     return metrics
