@@ -6,7 +6,7 @@ from torch import nn
 
 from bdeeponet import DeepONet, GaussianEnergy, ModelConfig, parameter_groups
 from bdeeponet.energy import fan_in_prior
-from bdeeponet.samplers.kfac import estimate_kfac, stiffness, tame
+from bdeeponet.samplers.kfac import estimate_kfac, largest_magnitude, stiffness, tame
 from bdeeponet.samplers.langevin import energy_and_grads
 
 torch.set_num_threads(1)
@@ -139,3 +139,17 @@ def test_deeponet_groups_keep_layers_whole():
         for n in names:
             if n.endswith(".weight"):
                 assert n.replace(".weight", ".bias") in names
+
+
+def test_the_largest_magnitude_is_found_where_the_rayleigh_quotient_cancels():
+    """An indefinite operator with eigenvalues +3 and -3 (and a smaller 1), started with
+    equal weight on ±3: the Rayleigh quotient of every iterate is about 1/3 of the truth
+    or less (the ±3 parts cancel), the norm growth reads 3."""
+    q, _ = torch.linalg.qr(torch.randn(3, 3, generator=torch.Generator().manual_seed(0),
+                                       dtype=torch.float64))
+    a = q @ torch.diag(torch.tensor([3.0, -3.0, 1.0], dtype=torch.float64)) @ q.T
+    v = {"x": q @ torch.tensor([1.0, 1.0, 0.5], dtype=torch.float64)}
+    rayleigh = float(v["x"] @ a @ v["x"] / (v["x"] @ v["x"]))
+    assert abs(rayleigh) < 1.0
+    got = largest_magnitude(lambda x: {"x": a @ x["x"]}, v, iters=30)
+    assert got == pytest.approx(3.0, rel=1e-9)
