@@ -52,6 +52,31 @@ def test_a_right_spread_is_kept():
     assert np.allclose(cal.scales, 1.0, atol=0.15), cal.scales
 
 
+def test_held_out_functions_say_how_far_they_can_check_the_band():
+    """The scales the held-out functions cannot reject (:func:`consistent_scales`): a narrow
+    range around the true factor where the error stands out of the noise (error / σ ≈ 3);
+    a wide one, still holding it, where the noise hides the error (error / σ ≈ 0.1, the
+    regime of the paper's σ = 0.05 and 0.1 scenarios); none where the band's shape is
+    wrong (heavy-tailed errors under a Gaussian band: no single k fits every level)."""
+    rng = np.random.default_rng(5)
+    mean, std, _, noisy = synthetic(rng, 100, 3.0)
+    lo, hi = fit_calibration(mean, std, noisy, SIGMA).consistent
+    assert lo <= 3.0 <= hi and hi < 1.3 * lo, (lo, hi)
+    assert fit_calibration(mean, std, noisy, SIGMA).resolved
+
+    loud = 30 * SIGMA
+    noisy = mean + 3.0 * std * rng.standard_normal(std.shape) + loud * rng.standard_normal(std.shape)
+    cal = fit_calibration(mean, std, noisy, loud)
+    lo, hi = cal.consistent
+    assert lo <= 3.0 <= hi and hi > 2 * lo and not cal.resolved, (lo, hi)
+
+    heavy = mean + 3.0 * std * rng.standard_t(1.5, size=std.shape)
+    cal = fit_calibration(mean, std, heavy + 0.01 * SIGMA * rng.standard_normal(std.shape),
+                          0.01 * SIGMA)
+    assert cal.consistent == () and cal.resolved is False
+    assert Calibration().resolved is None
+
+
 def test_bands_nest_and_widen_with_the_level():
     rng = np.random.default_rng(2)
     mean, std, _, noisy = synthetic(rng, 50, 2.0)

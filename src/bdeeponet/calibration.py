@@ -42,6 +42,8 @@ from scipy.stats import t as student_t
 from .metrics import NOMINAL_LEVELS
 from .noise import line_windows, smooth_second_moment
 
+SCALE_GRID = np.geomspace(1e-2, 1e2, 401)  # scales searched by consistent_scales (2.3% apart)
+MIN_CHECK = 10  # held-out functions below which the band's scale is not checked
 _HALF = 2  # one chain's residuals averaged over 2 * _HALF + 1 neighbours on a grid line
 
 
@@ -64,6 +66,9 @@ class Calibration:
     scales: tuple[float, ...] = field(default_factory=lambda: (1.0,) * len(NOMINAL_LEVELS))
     quantiles: tuple[float, ...] | None = None
     n_functions: int = 0
+    # the scales of the raw band that the held-out functions cannot reject, (low, high);
+    # () where no single scale passes at every level, None where not checked
+    consistent: tuple[float, ...] | None = None
 
     def scale(self, level: float) -> float:
         """k at ``level`` (linear interpolation between the fitted levels, flat outside)."""
@@ -77,13 +82,22 @@ class Calibration:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def resolved(self) -> bool | None:
+        """Whether the held-out functions pin the band's scale down to a factor of 2 (None:
+        not checked). Where they do not, the noise hides the error and the band rests on
+        the sampler: no calibration from such functions can correct it."""
+        if self.consistent is None:
+            return None
+        return len(self.consistent) == 2 and self.consistent[1] <= 2 * self.consistent[0]
+
     @classmethod
     def from_dict(cls, d: dict | None) -> Calibration:
         if not d:
             return cls()
-        q = d.get("quantiles")
+        q, ok = d.get("quantiles"), d.get("consistent")
         return cls(tuple(d["levels"]), tuple(d["scales"]), None if q is None else tuple(q),
-                   int(d.get("n_functions", 0)))
+                   int(d.get("n_functions", 0)), None if ok is None else tuple(ok))
 
 
 def fit_calibration(mean, std, s_noisy, noise_std: float, levels=NOMINAL_LEVELS,
@@ -124,6 +138,8 @@ def fit_calibration(mean, std, s_noisy, noise_std: float, levels=NOMINAL_LEVELS,
             r_fit, std_fit, noise_fit = r, std, noise_std
         scales = tuple(_fit_scale(r_fit, z_value(level) * std_fit, noise_fit, level, fallback,
                                   False) for level in levels)
+    # standard errors clustered over fewer functions say nothing: no check
+    consistent = consistent_scales(r, std, noise_std, levels, dof) if len(r) >= MIN_CHECK else None
     k95 = float(np.interp(0.95, levels, scales))
     width = np.sqrt(k95**2 * std**2 + noise_std**2)
     scores = np.sort((r / width).max(axis=1))
@@ -133,7 +149,58 @@ def fit_calibration(mean, std, s_noisy, noise_std: float, levels=NOMINAL_LEVELS,
         rank = math.ceil((n + 1) * level)
         # too few held-out functions for this level: the Gaussian union bound instead
         quantiles.append(float(scores[rank - 1]) if rank <= n else _bonferroni(level, r.shape[1]))
-    return Calibration(tuple(levels), scales, tuple(quantiles), n)
+    return Calibration(tuple(levels), scales, tuple(quantiles), n, consistent)
+
+
+def consistent_scales(r, std, noise_std: float, levels=NOMINAL_LEVELS, dof=None,
+                      grid=SCALE_GRID) -> tuple[float, ...]:
+    """``(k_low, k_high)``: the range of scales k of the raw band whose held-out observation
+    band ``sqrt((k q_α std)² + (z_α σ)²)`` covers the held-out residuals ``r`` (n, P) as
+    often as nominal at every level: not rejected jointly at 5% (Bonferroni over the
+    levels, standard errors clustered by function), searched on ``grid`` and widened to the
+    neighbouring grid points; ``()`` where no k passes at every level (the band's shape is
+    off).
+
+    This is what held-out noisy functions can tell: where σ dwarfs the error the range is
+    wide (on the paper grid with 4 chains, pendulum at σ = 0.05 admits any k from 0.01 to
+    3.5), and no calibration from them can bring the band to within a few points of nominal.
+    """
+    z = z_value(1 - 0.05 / len(levels))
+    ok = np.ones(len(grid), dtype=bool)
+    for level in levels:
+        half, zs = predictive_quantile(level, dof) * std, z_value(level) * noise_std
+        for i, k in enumerate(grid):
+            if ok[i]:
+                c = _held_out_coverage(r, k * half, zs)
+                ok[i] = abs(c.mean() - level) <= z * _se(c)
+    if not ok.any():
+        return ()
+    idx = np.flatnonzero(ok)
+    return (float(grid[max(idx[0] - 1, 0)]), float(grid[min(idx[-1] + 1, len(grid) - 1)]))
+
+
+def check_message(check: dict) -> str:
+    """One line on what the held-out functions could check of a run's band
+    (``metrics["calibration_check"]``, see :func:`consistent_scales`)."""
+    k, n = check["consistent"], check["n_functions"]
+    if not k:
+        return (f"no single scale of the raw band fits the {n} held-out functions at every "
+                "level: its shape is off, and the calibrated band scales each level on its own")
+    if check["resolved"]:
+        return f"the {n} held-out functions fix the raw band's scale within {k[0]:.2g}-{k[1]:.2g}"
+    return (f"the {n} held-out functions cannot check this band: any scale of it from "
+            f"{k[0]:.2g} to {k[1]:.2g} fits them (the noise hides the error), so its coverage "
+            "rests on the sampler")
+
+
+def _held_out_coverage(r, half, zs) -> np.ndarray:
+    """Per function, the fraction of the residuals ``r`` inside ``sqrt(half² + zs²)``."""
+    return (r <= np.sqrt(half**2 + zs**2)).mean(axis=1)
+
+
+def _se(c) -> float:
+    """Standard error of the mean of per-function coverages (clustered by function)."""
+    return c.std(ddof=1) / np.sqrt(len(c)) if len(c) > 1 else 0.0
 
 
 def moment_scale(residual, std, noise_std: float, y=None) -> float:
@@ -160,18 +227,15 @@ def _fit_scale(r, half, noise_std, level, fallback: float, trust_band: bool,
     zs = z_value(level) * noise_std
 
     def cover(k):
-        return (r <= np.sqrt((k * half) ** 2 + zs**2)).mean(axis=1)
-
-    def se(c):
-        return c.std(ddof=1) / np.sqrt(len(c)) if len(c) > 1 else 0.0
+        return _held_out_coverage(r, k * half, zs)
 
     if trust_band:
         c = cover(1.0)
-        if abs(c.mean() - level) <= 2 * se(c):
+        if abs(c.mean() - level) <= 2 * _se(c):
             return fallback
     else:
         c = cover(0.0)
-        if c.mean() >= level - 2 * se(c):
+        if c.mean() >= level - 2 * _se(c):
             return fallback
     lo, hi = 0.0, k_max
     if cover(hi).mean() < level:

@@ -267,6 +267,7 @@ def train_config(args):
 def cmd_train(args) -> None:
     import torch
 
+    from .calibration import check_message
     from .data import load
     from .report import write_run_figures
     from .train import train
@@ -289,6 +290,10 @@ def cmd_train(args) -> None:
                 f"the {chains} chains disagree")
         print(f"warning: the split R-hat of the sampled predictions is {rhat:.3f} (> 1.01): "
               f"{what}, so the band is not yet the posterior's", file=sys.stderr)
+    check = result.metrics.get("calibration_check")
+    # a band scaled per level (one chain, MC dropout) is expected to fail the one-scale check
+    if check and not check["resolved"] and (check["consistent"] or result.posterior.band_trusted):
+        print(f"warning: {check_message(check)}", file=sys.stderr)
     print(f"run written to {out}/ (figures: {', '.join(f.name for f in figs)})")
 
 
@@ -334,6 +339,7 @@ def cmd_calibrate(args) -> None:
 
     metrics = recalibrate(args.run, load(args.data))
     print(json.dumps({"calibration_scales": metrics.get("calibration_scales"),
+                      "calibration_check": metrics.get("calibration_check"),
                       "coverage": metrics["coverage"]}, indent=2))
 
 

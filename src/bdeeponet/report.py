@@ -101,8 +101,19 @@ def calibration_rows(records: dict) -> list[dict]:
             for lev in CAL_LEVELS:
                 vals = [c[key][part][lev] for c in cov if c.get(key)]
                 row[f"{kind}_{lev}"] = float(np.mean(vals)) if vals else float("nan")
+        row.update(_held_out_check([r["metrics"].get("calibration_check") for r in recs]))
         rows.append(row)
     return rows
+
+
+def _held_out_check(checks: list) -> dict:
+    """The scales of the raw band that the held-out functions could not reject (median over
+    the seeds whose range is not empty), and in how many seeds no single scale fit."""
+    found = [c["consistent"] for c in checks if c is not None]
+    ranges = [k for k in found if k]
+    lo, hi = (float(np.median([k[i] for k in ranges])) if ranges else float("nan")
+              for i in (0, 1))
+    return {"k_low": lo, "k_high": hi, "shape_rejected": len(found) - len(ranges)}
 
 
 def swap_rows(records: dict) -> list[dict]:
@@ -161,12 +172,20 @@ def calibration_markdown(cal: list[dict], swaps: list[dict]) -> str:
                   "Of the clean truth pointwise by the raw band (mean ± z std) and by the band "
                   "calibrated on held-out training functions; of whole noisy test trajectories "
                   "(the clean truth plus the data's noise, 20 draws) by the function-level "
-                  "band, an observation band; mean over seeds.", ""]
+                  "band, an observation band; mean over seeds. *Held-out k*: the scales of "
+                  "the raw band that the held-out functions cannot reject at any level "
+                  "(median over seeds; a wide range means the noise hides the error and no "
+                  "calibration from those functions can correct the band; *shape*: seeds "
+                  "where no single scale fits every level).", ""]
         head = ["scenario", "method", *(f"raw {v}" for v in CAL_LEVELS),
-                *(f"cal. {v}" for v in CAL_LEVELS), *(f"function {v}" for v in CAL_LEVELS)]
+                *(f"cal. {v}" for v in CAL_LEVELS), *(f"function {v}" for v in CAL_LEVELS),
+                "held-out k", "shape"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in cal:
             cells = [f"{r[f'{k}_{v}']:.1f}" for k in ("raw", "cal", "func") for v in CAL_LEVELS]
+            lo, hi = r.get("k_low", float("nan")), r.get("k_high", float("nan"))
+            cells.append(f"{lo:.2g}–{hi:.2g}" if np.isfinite(lo) else "–")
+            cells.append(str(r.get("shape_rejected", 0)))
             lines.append(f"| {r['problem']} {r['noise']:g} | {r['method']} | " + " | ".join(cells) + " |")
         lines.append("")
     if swaps:

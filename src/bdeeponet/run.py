@@ -116,4 +116,9 @@ def test_metrics(mean, std, data: OperatorData, posterior, dof=None, seed: int =
     if cal:
         metrics["calibration_scales"] = dict(zip((f"{v:g}" for v in cal["levels"]), cal["scales"],
                                                  strict=True))
+        check = Calibration.from_dict(cal)
+        if check.consistent is not None:
+            metrics["calibration_check"] = {"consistent": list(check.consistent),
+                                            "resolved": check.resolved,
+                                            "n_functions": check.n_functions}
     return metrics
