@@ -69,3 +69,26 @@ def test_gpu_runs_repeat_and_agree_with_the_cpu_in_distribution(small, method, c
     assert gpu.posterior.samples.device.type == "cpu"  # the posterior comes back to the CPU
     assert torch.allclose(gpu.posterior.samples, gpu2.posterior.samples, rtol=1e-4, atol=1e-5)
     assert gpu.metrics["e2"] == pytest.approx(cpu.metrics["e2"], rel=0.15)
+
+
+@needs_gpu
+@pytest.mark.parametrize("chains", [None, 3])
+def test_the_replayed_sampling_step_is_the_eager_one(small, chains, monkeypatch):
+    """SGLD's sampling step replayed from a CUDA graph draws from the run's generator what
+    the eager step draws: the two runs agree to rounding. The control: the graphed run did
+    replay (batches of 20, 20 and 8 functions: two recorded shapes), the eager one did not."""
+    import dataclasses
+
+    from bdeeponet.samplers import graph
+
+    replays = []
+    original = graph.CapturedStep.__call__
+    monkeypatch.setattr(graph.CapturedStep, "__call__",
+                        lambda self, batch: replays.append(1) or original(self, batch))
+    conf = TrainConfig(method="sgld", chains=chains, **CONF)
+    graphed = train(small, conf, device="cuda")
+    n_replays = len(replays)
+    eager = train(small, dataclasses.replace(conf, cuda_graph=False), device="cuda")
+    assert n_replays == 3 * (CONF["epochs"] - CONF["burn_in"]) and len(replays) == n_replays
+    assert torch.allclose(graphed.posterior.samples, eager.posterior.samples, rtol=1e-4,
+                          atol=1e-5)

@@ -51,6 +51,8 @@ class TrainConfig:
     control_variate: bool = _opt(False, "kfac: gradients anchored at the warm start "
                                  "(Baker et al. 2019)")
     fisher_samples: int = _opt(16, "kfac: Monte Carlo draws for the metric")
+    cuda_graph: bool = _opt(True, "sgld with kfac on a CUDA device: replay the sampling step "
+                            "from a CUDA graph (the same draws, a fraction of the launches)")
     standardise: bool = _opt(True, "scale inputs and outputs by their training mean and sd")
     calibration: float = _opt(0.1, "fraction of training functions held out to calibrate the "
                               "bands (0: none)")

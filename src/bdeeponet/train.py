@@ -89,7 +89,8 @@ def build_sampler(config: TrainConfig, model: DeepONet, steps_per_epoch: int):
         return METHODS[config.method](lr=config.step_size)
     kwargs = dict(lr=config.step_size, metric=config.metric, freeze_metric=config.freeze_metric,
                   warm_lr=config.warm_lr, warm_steps=config.burn_in_epochs * steps_per_epoch,
-                  control_variate=config.control_variate, fisher_samples=config.fisher_samples)
+                  control_variate=config.control_variate, fisher_samples=config.fisher_samples,
+                  cuda_graph=config.cuda_graph)
     if config.method == "sgld":
         return METHODS["sgld"](tau=config.tau1, **kwargs)
     kwargs.update(lr_hot=config.lr_hot, tau1=config.tau1, tau2=config.tau2,
@@ -302,8 +303,13 @@ def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfi
         energies.append(info["energy"])
         if "swapped" in info:
             swaps.append(info["swapped"])
-        if not math.isfinite(info["energy"]):
+        # a step replayed from a CUDA graph returns a device tensor: read once an epoch
+        if not torch.is_tensor(info["energy"]) and not math.isfinite(info["energy"]):
             break
+    if torch.is_tensor(energies[-1]):  # the replayed steps were only launched: wait for them
+        t0 = time.perf_counter()
+        energies = torch.stack(energies).tolist()
+        seconds += time.perf_counter() - t0
     loop.step_seconds += seconds
     loop.n_steps += len(energies)
     return {

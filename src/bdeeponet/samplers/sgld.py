@@ -18,6 +18,7 @@ import torch
 
 from ..energy import Params
 from .control_variate import ControlVariate
+from .graph import CapturedStep, captured, graphs_available
 from .kfac import KroneckerMetric, estimate_kfac, tame
 from .langevin import (
     Chain,
@@ -52,6 +53,7 @@ class LangevinSettings:
     control_variate: bool = False
     fisher_samples: int = 16
     max_stiffness: float = 0.2  # kfac: the step is capped at max_stiffness / λ_max(M H)
+    cuda_graph: bool = True  # kfac on a CUDA device: replay the sampling step from a graph
 
     def check(self) -> None:
         if self.metric not in METRICS:
@@ -169,11 +171,32 @@ class SGLD(LangevinSettings):
         if state.sampling is None and state.warm is not None:
             value, grads = energy_and_grads(energy, state.chain.params, batch)
             state.warm.step(state.chain, grads)
+        elif (step := self._captured(state, energy, batch, generator)) is not None:
+            state.chain.step += 1
+            return {"energy": step(batch)}  # a device tensor: the loop reads it once an epoch
         else:
             value, grads = gradients(energy, state.chain, batch, None, state.sampling, index)
             move(state.chain, grads, self.step_size, self.tau, generator, state.precond,
                  state.sampling)
         return {"energy": float(value.total.detach().mean())}
+
+    def _captured(self, state: SGLDState, energy, batch, generator) -> CapturedStep | None:
+        """The sampling step recorded in a CUDA graph (see :mod:`.graph`): with the Kronecker
+        metric, without the control variate, on a CUDA device, unless ``cuda_graph`` is off."""
+        sampling, chain = state.sampling, state.chain
+        if not (self.cuda_graph and sampling is not None and sampling.cv is None
+                and graphs_available(chain.flat)):
+            return None
+        lr = min(self.step_size, sampling.max_lr)
+
+        def arithmetic(u, s):
+            value, grads = energy_and_grads(energy, chain.params, (u, s))
+            sampling.metric.step(chain.params, grads, lr, self.tau, generator)
+            return value.total.detach().mean()
+
+        cache = state.__dict__.setdefault("_graphs", {})  # "_": not checkpointed
+        key = tuple(tuple(t.shape) for t in batch)
+        return captured(cache, key, lambda: CapturedStep(arithmetic, batch, chain.flat, generator))
 
     def end_burn_in(self, state: SGLDState, energy=None, data=None, generator=None) -> None:
         """Start sampling. With the Kronecker metric this needs the ``energy``, all training
