@@ -163,7 +163,7 @@ def consistent_scales(r, std, noise_std: float, levels=NOMINAL_LEVELS, dof=None,
 
     This is what held-out noisy functions can tell: where σ dwarfs the error the range is
     wide (on the paper grid with 4 chains, pendulum at σ = 0.05 admits any k from 0.01 to
-    3.5), and no calibration from them can bring the band to within a few points of nominal.
+    4.2), and no calibration from them can bring the band to within a few points of nominal.
     """
     z = z_value(1 - 0.05 / len(levels))
     ok = np.ones(len(grid), dtype=bool)
