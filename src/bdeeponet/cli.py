@@ -290,6 +290,12 @@ def cmd_train(args) -> None:
                 f"the {chains} chains disagree")
         print(f"warning: the split R-hat of the sampled predictions is {rhat:.3f} (> 1.01): "
               f"{what}, so the band is not yet the posterior's", file=sys.stderr)
+    relax, sampled = result.metrics.get("prior_relaxation_epochs"), config.epochs - config.burn_in_epochs
+    if relax is not None and relax > sampled:
+        print(f"warning: the metric's damping ({result.metrics['metric_damping']:.3g}) slows the "
+              f"directions that only the prior constrains: they relax over about {relax:,.0f} "
+              f"epochs and this run sampled {sampled}, so the band is likely narrower than the "
+              f"posterior's", file=sys.stderr)
     check = result.metrics.get("calibration_check")
     # a band scaled per level (one chain, MC dropout) is expected to fail the one-scale check
     if check and not check["resolved"] and (check["consistent"] or result.posterior.band_trusted):

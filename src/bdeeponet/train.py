@@ -338,6 +338,9 @@ def _finish(loop, sampler, config, mconf, data, out, noise_std: float, held_out)
     metrics["e1_after_burn_in"] = float(np.mean([r["e1"] for r in post_burn]))
     metrics["e2_after_burn_in"] = float(np.mean([r["e2"] for r in post_burn]))
     metrics.update(sampler.report(loop.state))
+    if "prior_relaxation_steps" in metrics:
+        steps_per_epoch = -(-data.n_train // config.batch_size)
+        metrics["prior_relaxation_epochs"] = metrics["prior_relaxation_steps"] / steps_per_epoch
     if sampler.draws_samples:
         metrics.update(_prediction_diagnostics(post, data))
     timing = {

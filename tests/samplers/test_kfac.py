@@ -8,6 +8,7 @@ from bdeeponet import DeepONet, GaussianEnergy, ModelConfig, parameter_groups
 from bdeeponet.energy import fan_in_prior
 from bdeeponet.samplers.kfac import estimate_kfac, largest_magnitude, stiffness, tame
 from bdeeponet.samplers.langevin import energy_and_grads
+from bdeeponet.samplers.sgld import prior_relaxation_steps
 
 torch.set_num_threads(1)
 
@@ -55,6 +56,33 @@ def test_a_unit_drift_step_is_the_newton_step_for_a_linear_model():
     want = exact_map(u, s, sigma)
     start = torch.cat([params["map.weight"], params["map.bias"][:, None]], 1)
     assert (got - want).norm() < 0.05 * (start - want).norm()
+
+
+@pytest.mark.parametrize("damping", [0.0, 50.0])
+def test_prior_relaxation_is_how_fast_the_weakest_direction_decays(damping):
+    """Full-batch steps without noise from the MAP displaced along the block's weakest
+    direction (the inputs are rank 3 plus 1e-3 noise, so the prior holds it): the
+    displacement decays geometrically at 1 / prior_relaxation_steps per step, within 10%
+    (the metric's Monte Carlo error). Undamped that is η per step; damped 50x the prior
+    precision, about 50 times slower."""
+    energy, params, batches, (u, s, sigma) = linear_problem()
+    metric = estimate_kfac(energy, params, batches, torch.Generator().manual_seed(1), samples=64)
+    metric.set_damping(damping)
+    (blk,) = metric.blocks
+    i, j = divmod(int(blk.precision.argmin()), blk.precision.shape[1])
+    direction = torch.outer(blk.qg[:, i], blk.qa[:, j])  # (out, in + 1), unit norm
+    lr, steps = 0.05, 400
+    start = exact_map(u, s, sigma) + direction
+    moved = {"map.weight": start[:, :-1].clone(), "map.bias": start[:, -1].clone()}
+    for _ in range(steps):
+        _, grads = energy_and_grads(energy, moved, (u, s))
+        metric.step(moved, grads, lr=lr, tau=0.0, generator=torch.Generator())
+    left = torch.cat([moved["map.weight"], moved["map.bias"][:, None]], 1) - exact_map(u, s, sigma)
+    rate = -torch.log((left * direction).sum()).item() / steps
+    predicted = 1 / prior_relaxation_steps(metric, lr)
+    assert rate == pytest.approx(predicted, rel=0.1), (rate, predicted)
+    if damping:
+        assert predicted < lr / 30
 
 
 def test_stiffness_of_a_linear_model_is_one_and_needs_no_damping():
