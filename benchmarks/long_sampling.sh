@@ -19,23 +19,19 @@ LIMIT=${LIMIT:-500}
 PY=${PY:-python3}
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 mkdir -p "$OUT" /tmp/long
-for sc in $SCENARIOS; do  # the grid's data: data seed 0, as `reproduce` draws it
-  p=${sc%%:*} n=${sc##*:}
-  $PY -c "
-import numpy as np
-from bdeeponet.data import generate
-from bdeeponet.experiments import RELATIVE_NOISE
-from bdeeponet.problems import get_problem
-d = generate(get_problem('$p'), $n, np.random.default_rng(0), relative='$p' in RELATIVE_NOISE)
-d.meta['seed'] = 0
-d.save('/tmp/long/$p-$n.npz')" || exit 1
-done
+# the grid's data, as `reproduce` draws it (/tmp/long/data/PROBLEM-NOISE.npz)
+$PY -c "
+from pathlib import Path
+from bdeeponet.experiments import ensure_data
+ensure_data(Path('/tmp/long'), [(s.split(':')[0], float(s.split(':')[1])) for s in '$SCENARIOS'.split()])
+" || exit 1
 for sc in $SCENARIOS; do
   p=${sc%%:*} n=${sc##*:}
+  data=$($PY -c "from pathlib import Path; from bdeeponet.grid import data_path; print(data_path(Path('/tmp/long'), '$p', $n))")
   for s in $LENGTHS; do
     run=/tmp/long/runs/$p-$n-sample$s
     rm -rf "$run"
-    ( timeout "$LIMIT" $PY -m bdeeponet.cli train /tmp/long/$p-$n.npz --out "$run" --method sgld \
+    ( timeout "$LIMIT" $PY -m bdeeponet.cli train "$data" --out "$run" --method sgld \
         --chains 4 --epochs $((BURN + s)) --burn-in "$BURN" --device "$DEVICE" --quiet \
         > "$OUT/$p-$n-sample$s.log" 2>&1
       echo "rc $?" >> "$OUT/$p-$n-sample$s.log"

@@ -84,6 +84,11 @@ def model_config(config: TrainConfig, data: OperatorData) -> ModelConfig:
     )
 
 
+def epoch_steps(data: OperatorData, config: TrainConfig) -> int:
+    """Minibatches in one pass over the training functions (the last one may be short)."""
+    return -(-data.n_train // config.batch_size)
+
+
 def build_sampler(config: TrainConfig, model: DeepONet, steps_per_epoch: int):
     if config.method in ("adam", "ensemble"):
         return METHODS[config.method](lr=config.step_size)
@@ -179,8 +184,7 @@ def setup(data: OperatorData, config: TrainConfig, noise_std: float | None,
     prior = fan_in_prior(model, config.prior_std) if config.prior == "fan_in" else config.prior_std
     energy = GaussianEnergy(model, y, data.n_train,
                             noise_std if noise_std is not None else 0.1 * float(s.std()), prior)
-    steps_per_epoch = -(-data.n_train // config.batch_size)
-    sampler = build_sampler(config, model, steps_per_epoch)
+    sampler = build_sampler(config, model, epoch_steps(data, config))
     gen = torch.Generator(device=device).manual_seed(config.seed + 1)
     set_dropout_generator(model, gen)
     model.train(mconf.dropout > 0)  # Adam + MC dropout trains with dropout on
@@ -339,8 +343,8 @@ def _finish(loop, sampler, config, mconf, data, out, noise_std: float, held_out)
     metrics["e2_after_burn_in"] = float(np.mean([r["e2"] for r in post_burn]))
     metrics.update(sampler.report(loop.state))
     if "prior_relaxation_steps" in metrics:
-        steps_per_epoch = -(-data.n_train // config.batch_size)
-        metrics["prior_relaxation_epochs"] = metrics["prior_relaxation_steps"] / steps_per_epoch
+        metrics["prior_relaxation_epochs"] = (metrics["prior_relaxation_steps"]
+                                              / epoch_steps(data, config))
     if sampler.draws_samples:
         metrics.update(_prediction_diagnostics(post, data))
     timing = {
