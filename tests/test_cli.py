@@ -268,6 +268,7 @@ def test_train_says_when_the_damping_outlasts_the_sampling(capsys, tmp_path, dat
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["prior_relaxation_epochs"] == pytest.approx(metrics["prior_relaxation_steps"] / 2)
     assert metrics["prior_relaxation_epochs"] > 1 and metrics["metric_damping"] > 0
+    assert metrics["metric_stiffness_end"] > 0  # where the chain ended (a tiny run: stable)
     assert "relax over about" in err and "sampled 1," in err
 
 

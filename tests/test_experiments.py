@@ -114,16 +114,19 @@ def test_convergence_table_reads_the_runs_diagnostics():
     from bdeeponet.report import convergence_markdown, convergence_rows
 
     runs = [{"metrics": {"convergence": {"rhat": r, "ess_bulk": 10.0, "ess_tail": 20.0},
-                         "prior_relaxation_epochs": t}} for r, t in ((1.5, 2e4), (1.1, 4e4))]
+                         "prior_relaxation_epochs": t, "langevin_step": 0.04,
+                         "metric_stiffness_end": lam}}
+            for r, t, lam in ((1.5, 2e4, 5.0), (1.1, 4e4, 15.0))]
     old = [{"metrics": {"convergence": {"rhat": 1.2, "ess_bulk": 5.0, "ess_tail": 6.0}}}]
     records = {("pendulum", 0.01, "resgld"): runs, ("pendulum", 0.05, "resgld"): old,
                ("pendulum", 0.01, "adam"): [{"metrics": {}}]}  # Adam samples nothing
     rows = convergence_rows(records)
     assert rows[0] == {"problem": "pendulum", "noise": 0.01, "method": "resgld", "rhat": 1.3,
                        "rhat_max": 1.5, "ess_bulk": 10.0, "ess_tail": 20.0,
-                       "prior_relaxation_epochs": 3e4}
+                       "prior_relaxation_epochs": 3e4, "step_stiffness_end": pytest.approx(0.6)}
     assert len(rows) == 2 and np.isnan(rows[1]["prior_relaxation_epochs"])  # run from before
+    assert np.isnan(rows[1]["step_stiffness_end"])
     md = convergence_markdown(rows)
-    assert "| pendulum 0.01 | resgld | 1.300 | 1.500 | 10.0 | 20.0 | 30,000 |" in md
-    assert "| pendulum 0.05 | resgld | 1.200 | 1.200 | 5.0 | 6.0 | – |" in md
+    assert "| pendulum 0.01 | resgld | 1.300 | 1.500 | 10.0 | 20.0 | 30,000 | 0.60 |" in md
+    assert "| pendulum 0.05 | resgld | 1.200 | 1.200 | 5.0 | 6.0 | – | – |" in md
     assert convergence_markdown([]) == ""

@@ -293,9 +293,15 @@ def cmd_train(args) -> None:
     relax, sampled = result.metrics.get("prior_relaxation_epochs"), config.epochs - config.burn_in_epochs
     if relax is not None and relax > sampled:
         print(f"warning: the metric's damping ({result.metrics['metric_damping']:.3g}) slows the "
-              f"directions that only the prior constrains: they relax over about {relax:,.0f} "
-              f"epochs and this run sampled {sampled}, so the band is likely narrower than the "
-              f"posterior's", file=sys.stderr)
+              f"directions the data do not determine at the warm start: they relax over about "
+              f"{relax:,.0f} epochs and this run sampled {sampled}, so the chains are still "
+              f"spreading and the band is likely narrower than the posterior's", file=sys.stderr)
+    end, step = result.metrics.get("metric_stiffness_end"), result.metrics.get("langevin_step")
+    if end is not None and step is not None and end * step > 1:
+        print(f"warning: the chains ended on stiffer ground than the warm start (λ_max(M H) "
+              f"{result.metrics['metric_stiffness']:.3g} -> {end:.3g}): the step is at "
+              f"{end * step / 2:.0%} of its stability limit, so a longer run may diverge "
+              f"(a smaller --lr makes room)", file=sys.stderr)
     check = result.metrics.get("calibration_check")
     # a band scaled per level (one chain, MC dropout) is expected to fail the one-scale check
     if check and not check["resolved"] and (check["consistent"] or result.posterior.band_trusted):

@@ -136,13 +136,16 @@ def convergence_rows(records: dict) -> list[dict]:
         conv = [r["metrics"]["convergence"] for r in recs if "convergence" in r["metrics"]]
         relax = [r["metrics"]["prior_relaxation_epochs"] for r in recs
                  if "prior_relaxation_epochs" in r["metrics"]]
+        end = [r["metrics"]["langevin_step"] * r["metrics"]["metric_stiffness_end"] for r in recs
+               if "metric_stiffness_end" in r["metrics"]]
         if conv:
             rows.append({"problem": problem, "noise": noise, "method": method,
                          "rhat": float(np.mean([c["rhat"] for c in conv])),
                          "rhat_max": float(np.max([c["rhat"] for c in conv])),
                          "ess_bulk": float(np.mean([c["ess_bulk"] for c in conv])),
                          "ess_tail": float(np.mean([c["ess_tail"] for c in conv])),
-                         "prior_relaxation_epochs": float(np.mean(relax)) if relax else float("nan")})
+                         "prior_relaxation_epochs": float(np.mean(relax)) if relax else float("nan"),
+                         "step_stiffness_end": float(np.max(end)) if end else float("nan")})
     return rows
 
 
@@ -152,18 +155,24 @@ def convergence_markdown(conv: list[dict]) -> str:
     lines = ["### Convergence of the sampled predictions", "",
              "Rank-normalised split R̂ (above 1.01: not converged) and bulk / tail ESS at 50 "
              "fixed test points, the worst point of each run; mean over seeds (R̂: also the "
-             "worst seed). *Prior relaxation*: epochs over which the directions that only the "
-             "prior constrains relax under the damped metric (`prior_relaxation_epochs`; "
-             "–: not recorded), against the sampling phase (a quarter of the epochs by "
-             "default): where it is longer, the band is narrower than the posterior's.", "",
+             "worst seed). *Prior relaxation*: epochs over which the directions that the data "
+             "do not determine at the warm start (to first order) move under the damped metric "
+             "(`prior_relaxation_epochs`), against the sampling phase (a quarter of the epochs "
+             "by default): where it is longer, the chains are still spreading and the band "
+             "is a snapshot on the way. *η λ at the end*: the step times the stiffness "
+             "`λ_max(M H)` where the chains ended (`metric_stiffness_end`; 0.2 at the warm "
+             "start, a step is unstable from 2 on), the worst seed. –: not recorded.", "",
              "| scenario | method | R̂ | R̂ (worst seed) | bulk ESS | tail ESS "
-             "| prior relaxation (epochs) |",
-             "|---|---|---|---|---|---|---|"]
+             "| prior relaxation (epochs) | η λ at the end |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in conv:
         relax = r.get("prior_relaxation_epochs", float("nan"))
         relax = f"{relax:,.0f}" if np.isfinite(relax) else "–"
+        end = r.get("step_stiffness_end", float("nan"))
+        end = f"{end:.2f}" if np.isfinite(end) else "–"
         lines.append(f"| {r['problem']} {r['noise']:g} | {r['method']} | {r['rhat']:.3f} | "
-                     f"{r['rhat_max']:.3f} | {r['ess_bulk']:.1f} | {r['ess_tail']:.1f} | {relax} |")
+                     f"{r['rhat_max']:.3f} | {r['ess_bulk']:.1f} | {r['ess_tail']:.1f} | {relax} "
+                     f"| {end} |")
     return "\n".join(lines + [""])
 
 

@@ -36,6 +36,7 @@ from .posterior import Posterior, flatten
 from .progress import Progress
 from .run import test_metrics
 from .samplers import METHODS
+from .samplers.sgld import end_stiffness
 
 HISTORY_COLUMNS = (
     "epoch", "e1", "e2", "e1_mean", "e2_mean", "energy", "swap_rate", "sec_per_iter", "noise_std",
@@ -278,7 +279,9 @@ def train(
             _save_checkpoint(ckpt, loop)
             write_history(out / "history.csv", loop.history)
     bar.close()
-    return _finish(loop, sampler, config, mconf, data, out, energy.noise_std, held_out)
+    end = end_stiffness(loop.state, energy, (u, s), gen)
+    return _finish(loop, sampler, config, mconf, data, out, energy.noise_std, held_out,
+                   {} if end is None else {"metric_stiffness_end": end})
 
 
 def _errors(pred: np.ndarray, s_test) -> tuple[float, float]:
@@ -326,7 +329,8 @@ def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfi
     }
 
 
-def _finish(loop, sampler, config, mconf, data, out, noise_std: float, held_out) -> RunResult:
+def _finish(loop, sampler, config, mconf, data, out, noise_std: float, held_out,
+            extra: dict | None = None) -> RunResult:
     chains = config.n_chains
     if sampler.draws_samples:  # (draws, C, p) -> (C draws, p), chain by chain
         samples = torch.stack(loop.samples)
@@ -342,6 +346,7 @@ def _finish(loop, sampler, config, mconf, data, out, noise_std: float, held_out)
     metrics["e1_after_burn_in"] = float(np.mean([r["e1"] for r in post_burn]))
     metrics["e2_after_burn_in"] = float(np.mean([r["e2"] for r in post_burn]))
     metrics.update(sampler.report(loop.state))
+    metrics.update(extra or {})
     if "prior_relaxation_steps" in metrics:
         metrics["prior_relaxation_epochs"] = (metrics["prior_relaxation_steps"]
                                               / epoch_steps(data, config))

@@ -6,9 +6,15 @@ from torch import nn
 
 from bdeeponet import DeepONet, GaussianEnergy, ModelConfig, parameter_groups
 from bdeeponet.energy import fan_in_prior
-from bdeeponet.samplers.kfac import estimate_kfac, largest_magnitude, stiffness, tame
+from bdeeponet.samplers.kfac import (
+    KroneckerMetric,
+    estimate_kfac,
+    largest_magnitude,
+    stiffness,
+    tame,
+)
 from bdeeponet.samplers.langevin import energy_and_grads
-from bdeeponet.samplers.sgld import prior_relaxation_steps
+from bdeeponet.samplers.sgld import SGLD, end_stiffness, prior_relaxation_steps
 
 torch.set_num_threads(1)
 
@@ -181,3 +187,63 @@ def test_the_largest_magnitude_is_found_where_the_rayleigh_quotient_cancels():
     assert abs(rayleigh) < 1.0
     got = largest_magnitude(lambda x: {"x": a @ x["x"]}, v, iters=30)
     assert got == pytest.approx(3.0, rel=1e-9)
+
+
+def test_a_stacked_metric_hands_back_each_chains_own():
+    """``member(c)`` of a stack of two metrics steps exactly as metric c does alone."""
+    energy, params, batches, (u, s, _) = linear_problem()
+    metrics = [estimate_kfac(energy, params, batches, torch.Generator().manual_seed(k), samples=2)
+               for k in (1, 2)]
+    metrics[1].set_damping(30.0)
+    stacked = KroneckerMetric.stack(metrics)
+    _, grads = energy_and_grads(energy, params, (u, s))
+    for c, alone in enumerate(metrics):
+        moved = [{k: v.clone() for k, v in params.items()} for _ in range(2)]
+        for metric, p in zip((alone, stacked.member(c)), moved, strict=True):
+            metric.step(p, grads, lr=0.1, tau=1.0, generator=torch.Generator().manual_seed(3))
+        for name in params:
+            assert torch.equal(moved[0][name], moved[1][name])
+        assert stacked.member(c).damping == alone.damping
+
+
+def test_end_stiffness_is_the_largest_over_the_chains():
+    """After sampling starts, the stiffness each chain's own metric sees at its position,
+    the largest of the C chains: chain 0's metric is damped far beyond the data's precision
+    (stiffness far below 1), chain 1's is not (a linear model: about 1)."""
+    energy, params, batches, (u, s, _) = linear_problem()
+    sampler = SGLD(fisher_samples=8)
+    state = sampler.init({k: torch.stack([v, v + 0.01]) for k, v in params.items()}, chains=2)
+    sampler.end_burn_in(state, energy, (u, s), torch.Generator().manual_seed(0))
+    metrics = [state.sampling.metric.member(c) for c in range(2)]
+    metrics[0].set_damping(1e8)
+    state.sampling.metric = KroneckerMetric.stack(metrics)
+    got = end_stiffness(state, energy, (u, s), torch.Generator().manual_seed(1))
+    each = [stiffness(energy, metrics[c], {k: v[c] for k, v in state.chain.params.items()},
+                      batches[:3], torch.Generator().manual_seed(1), iters=100) for c in range(2)]
+    assert each[0] < 0.1 and 0.8 < each[1] < 1.3, each
+    assert got == pytest.approx(each[1], rel=0.05)
+    assert end_stiffness(SGLD().init(params), energy, (u, s), torch.Generator()) is None
+
+
+def test_a_well_conditioned_block_steps_in_float32_as_in_float64(monkeypatch):
+    """Damped far beyond the data's precision, the block's precisions span under 1e4 and it
+    is rotated in float32: the move equals the float64 one to float32 rounding (same noise).
+    Undamped, the GRF-like inputs span ~1e8 and the block keeps float64."""
+    from bdeeponet.samplers import kfac
+
+    energy, params, batches, (u, s, _) = linear_problem()
+    metric = estimate_kfac(energy, params, batches, torch.Generator().manual_seed(1), samples=8)
+    (blk,) = metric.blocks
+    assert kfac._float32_scales(blk) is None
+    metric.set_damping(1e6)
+    assert kfac._float32_scales(blk) is not None
+    _, grads = energy_and_grads(energy, params, (u, s))
+    moves = []
+    for condition in (kfac.FLOAT32_CONDITION, 0.0):  # 0: every block in float64
+        monkeypatch.setattr(kfac, "FLOAT32_CONDITION", condition)
+        blk.__dict__.pop("_float32", None)
+        moved = {k: v.clone() for k, v in params.items()}
+        metric.step(moved, grads, lr=0.05, tau=1.0, generator=torch.Generator().manual_seed(4))
+        moves.append(torch.cat([(moved[k] - params[k]).reshape(-1) for k in params]))
+    assert kfac._float32_scales(blk) is None  # (the float64 pass)
+    assert (moves[0] - moves[1]).norm() < 1e-5 * moves[1].norm()

@@ -49,6 +49,7 @@ class KroneckerBlock:
     bias: str | None
     # float64: in float32 the rounding of the eigenvectors alone leaks ~1e-7 of a stiff
     # direction's curvature (1e4 times the prior's) into the soft ones, and M H reaches ~10
+    # (a damped block that is conditioned well enough steps in float32: FLOAT32_CONDITION)
     qa: torch.Tensor  # (in+1, in+1) or (in, in): eigenvectors of Ā
     qg: torch.Tensor  # (out, out): eigenvectors of R Ḡ
     precision: torch.Tensor  # (out, in[+1]): D, the precision in that eigenbasis
@@ -72,6 +73,7 @@ class KroneckerMetric:
         for blk in self.blocks:
             d = blk.precision + damping
             blk.inv, blk.inv_sqrt = 1 / d, d.rsqrt()
+            blk.__dict__.pop("_float32", None)
         self.diag = {}
         for name, prec in self.diag_precision.items():
             d = prec + damping
@@ -85,11 +87,15 @@ class KroneckerMetric:
         noise_scale = (2 * lr * tau) ** 0.5
         for blk in self.blocks:
             if blk.weight in grads:
-                rotated = blk.qg.mT @ _joined(blk, grads) @ blk.qa
-                xi = torch.randn(rotated.shape, generator=generator,  # float32 draws: 5x faster
-                                 device=rotated.device).double()
-                move = rotated.mul_(blk.inv).mul_(-lr).addcmul_(xi, blk.inv_sqrt, value=noise_scale)
                 qg, qa = _single(blk)
+                scales = _float32_scales(blk)
+                if scales is None:  # an ill-conditioned block: rotate its gradient in float64
+                    rotated, scales = blk.qg.mT @ _joined(blk, grads) @ blk.qa, (blk.inv, blk.inv_sqrt)
+                else:
+                    rotated = qg.mT @ _joined(blk, grads, torch.float32) @ qa
+                xi = torch.randn(rotated.shape, generator=generator,  # float32 draws: 5x faster
+                                 device=rotated.device).to(rotated.dtype)
+                move = rotated.mul_(scales[0]).mul_(-lr).addcmul_(xi, scales[1], value=noise_scale)
                 for name, d in _split(blk, qg @ move.float() @ qa.mT):
                     params[name].add_(d.to(params[name].dtype))
         for name, (inv, inv_sqrt) in self.diag.items():
@@ -132,6 +138,19 @@ class KroneckerMetric:
         out.damping = torch.tensor([float(m.damping) for m in metrics], dtype=torch.float64)
         return out
 
+    def member(self, c: int) -> KroneckerMetric:
+        """Chain ``c``'s metric out of a :meth:`stack` (views, no copies)."""
+        out = self.__class__.__new__(self.__class__)
+        out.blocks = []
+        for blk in self.blocks:
+            part = KroneckerBlock(blk.weight, blk.bias, blk.qa[c], blk.qg[c], blk.precision[c])
+            part.inv, part.inv_sqrt = blk.inv[c], blk.inv_sqrt[c]
+            out.blocks.append(part)
+        out.diag_precision = {n: p[c] for n, p in self.diag_precision.items()}
+        out.diag = {n: (inv[c], inv_sqrt[c]) for n, (inv, inv_sqrt) in self.diag.items()}
+        out.damping = float(torch.as_tensor(self.damping).reshape(-1)[c])
+        return out
+
     def check_groups(self, groups: dict[str, list[str]]) -> None:
         """Raise ValueError if a group splits a layer's weight from its bias: the metric
         couples the two, so a step of one alone would need another metric."""
@@ -153,10 +172,33 @@ def _single(blk: KroneckerBlock) -> tuple[torch.Tensor, torch.Tensor]:
     return cached
 
 
-def _joined(blk: KroneckerBlock, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
-    """``[W, b]`` (out, in+1) of a layer's tensors, in float64."""
-    w = tensors[blk.weight].double()
-    return w if blk.bias is None else torch.cat([w, tensors[blk.bias].double()[..., None]], dim=-1)
+FLOAT32_CONDITION = 1e4
+"""A block whose damped precisions ``D + δ`` span a smaller ratio than this is rotated in
+float32 (:meth:`KroneckerMetric.step`). Rounding its eigenvectors (relative error ~1e-7)
+leaks that fraction of the stiffest direction's curvature into the softest, where it counts
+``ratio`` times over: below 1e4 ``M H`` changes by under ~1e-3. A damped DeepONet metric
+spans ~40 (δ ≈ 5e5 against precisions up to ~2e7); an undamped metric of GRF-correlated
+inputs spans 1e7 and more, and keeps float64 (see :class:`KroneckerBlock`)."""
+
+
+def _float32_scales(blk: KroneckerBlock) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(1 / (D + δ), its root)`` in float32 when the block is well enough conditioned
+    (:data:`FLOAT32_CONDITION`, over all its chains), else None; kept on the block until
+    its damping changes."""
+    cached = blk.__dict__.get("_float32")
+    if cached is None or cached[0].device != blk.inv.device:
+        ratio = float(blk.inv.max() / blk.inv.min())
+        cached = (blk.inv.float(), blk.inv_sqrt.float()) if ratio < FLOAT32_CONDITION else (
+            blk.inv[..., :0].float(),)  # (an empty marker on the device: float64 needed)
+        blk.__dict__["_float32"] = cached
+    return cached if len(cached) == 2 else None
+
+
+def _joined(blk: KroneckerBlock, tensors: dict[str, torch.Tensor],
+            dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """``[W, b]`` (out, in+1) of a layer's tensors, in ``dtype``."""
+    w = tensors[blk.weight].to(dtype)
+    return w if blk.bias is None else torch.cat([w, tensors[blk.bias].to(dtype)[..., None]], dim=-1)
 
 
 def _split(blk: KroneckerBlock, x: torch.Tensor):
@@ -272,6 +314,15 @@ def stiffness(energy, metric: KroneckerMetric, params: Params, batches, generato
     data barely determine, with either sign; a Langevin step there overshoots and the
     chain explodes. :func:`tame` damps the metric until this number is small.
     """
+    v = {n: torch.randn(params[n].shape, generator=generator, dtype=torch.float64,
+                        device=params[n].device) for n in params}
+    return largest_magnitude(scaled_hessian(energy, metric, params, batches), v, iters)
+
+
+def scaled_hessian(energy, metric: KroneckerMetric, params: Params, batches):
+    """The operator ``v -> M^½ H M^½ v`` (dicts of float64 tensors like ``params``), ``H``
+    the Hessian of the energy at ``params`` estimated on ``batches`` and scaled to the N
+    functions (see :func:`stiffness`)."""
     model, sigma = copy.deepcopy(energy.model).double().eval(), energy.noise_std
     names = list(params)
     primals = tuple(params[n].detach().double() for n in names)
@@ -301,9 +352,7 @@ def stiffness(energy, metric: KroneckerMetric, params: Params, batches, generato
             hv = torch.autograd.grad(grad, leaves, [v[n] for n in names], retain_graph=True)
         return dict(zip(names, hv, strict=True))
 
-    v = {n: torch.randn(params[n].shape, generator=generator, dtype=torch.float64,
-                        device=params[n].device) for n in names}
-    return largest_magnitude(lambda x: metric.root(hvp(metric.root(x))), v, iters)
+    return lambda x: metric.root(hvp(metric.root(x)))
 
 
 def largest_magnitude(apply, v: dict[str, torch.Tensor], iters: int) -> float:
