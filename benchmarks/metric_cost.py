@@ -4,7 +4,8 @@ diagonal pSGLD metric (``metric="rmsprop"``), and what do control variates add?
 Each sampler timed in its sampling phase, with the default metric and with the diagonal
 one; the issue's limit for the default is 1.5x the diagonal metric's time. Control
 variates (off by default) shown for SGLD, and SGLD with every layer's rotation in float64
-(as before well-conditioned blocks stepped in float32, ``kfac.FLOAT32_CONDITION``).
+(as every layer stepped before well-conditioned ones moved to float32,
+``kfac.FLOAT32_CONDITION``).
 Ratios within rounds.
 
 Run: python benchmarks/metric_cost.py [--quick] [--problem NAME]
