@@ -11,8 +11,8 @@ approximates; what is left of H is the residuals' curvature ``Σ r ∇²f / σ²
 2. which parameter blocks hold H's stiffest directions;
 3. how far from Gaussian the posterior is: draws ``θ + c M^½ ξ`` of the linearised
    Laplace approximation for c = 0.03 ... 1, their data and prior energies and test e2;
-4. the stiffness under the run's damped metric at draws along chain 0 (it grows as the
-   chain drifts away from the warm start);
+4. the stiffness at draws along chain 0 under the metric of step 1 damped with the run's
+   δ (``metric_damping``, the largest of its chains'): it grows as the chain drifts;
 5. the latent directions of the output ``b(u)·t(y)``: how many carry (almost) no signal in
    either net at the first draw, and how far they have filled by chain 0's last.
 
@@ -119,8 +119,8 @@ def main() -> None:
         damping = metric.damping
     metric.set_damping(damping)
     step = metrics.get("langevin_step", float("nan"))
-    print(f"\n4. stiffness along chain 0 under the run's damped metric (δ = {damping:.3g}, "
-          f"step η = {step:.3g}; a step is stable while η λ < 2)")
+    print(f"\n4. stiffness along chain 0, the metric of 1. damped with the run's δ = {damping:.3g} "
+          f"(step η = {step:.3g}; a step is stable while η λ < 2)")
     for j in sorted({0, per_chain // 4, per_chain // 2, per_chain - 1}):
         p = draw(j)
         lam = stiffness(energy, metric, p, few, g)

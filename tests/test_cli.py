@@ -270,6 +270,21 @@ def test_train_says_when_the_damping_outlasts_the_sampling(capsys, tmp_path, dat
     assert metrics["prior_relaxation_epochs"] > 1 and metrics["metric_damping"] > 0
     assert metrics["metric_stiffness_end"] > 0  # where the chain ended (a tiny run: stable)
     assert "relax over about" in err and "sampled 1," in err
+    assert "stiffer ground" not in err
+
+
+def test_train_says_when_the_chains_ended_near_their_stability_limit(capsys, tmp_path, data_file,
+                                                                    monkeypatch):
+    """The warning follows ``metric_stiffness_end``: silent for the tiny run's own value
+    (above), loud when the chains ended where η λ > 1 (here forced to 1e3)."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("bdeeponet.train"), "end_stiffness",
+                        lambda *args: 1e3)
+    out = tmp_path / "run"
+    rc, _, err = cli(capsys, "train", data_file, "--method", "sgld", "--out", out, *TINY)
+    assert rc == 0 and "ended on stiffer ground" in err
+    assert json.loads((out / "metrics.json").read_text())["metric_stiffness_end"] == 1e3
 
 
 def test_train_refuses_to_overwrite_finished_run(capsys, runs, data_file):

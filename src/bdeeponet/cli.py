@@ -298,7 +298,7 @@ def cmd_train(args) -> None:
               f"spreading and the band is likely narrower than the posterior's", file=sys.stderr)
     end, step = result.metrics.get("metric_stiffness_end"), result.metrics.get("langevin_step")
     if end is not None and step is not None and end * step > 1:
-        print(f"warning: the chains ended on stiffer ground than the warm start (λ_max(M H) "
+        print(f"warning: the cold chains ended on stiffer ground than the warm start (λ_max(M H) "
               f"{result.metrics['metric_stiffness']:.3g} -> {end:.3g}): the step is at "
               f"{end * step / 2:.0%} of its stability limit, so a longer run may diverge "
               f"(a smaller --lr makes room)", file=sys.stderr)

@@ -160,8 +160,8 @@ def convergence_markdown(conv: list[dict]) -> str:
              "(`prior_relaxation_epochs`), against the sampling phase (a quarter of the epochs "
              "by default): where it is longer, the chains are still spreading and the band "
              "is a snapshot on the way. *η λ at the end*: the step times the stiffness "
-             "`λ_max(M H)` where the chains ended (`metric_stiffness_end`; 0.2 at the warm "
-             "start, a step is unstable from 2 on), the worst seed. –: not recorded.", "",
+             "`λ_max(M H)` where the cold chains ended (`metric_stiffness_end`; at most 0.2 at "
+             "the warm start, a step is unstable from 2 on), the worst seed. –: not recorded.", "",
              "| scenario | method | R̂ | R̂ (worst seed) | bulk ESS | tail ESS "
              "| prior relaxation (epochs) | η λ at the end |",
              "|---|---|---|---|---|---|---|---|"]

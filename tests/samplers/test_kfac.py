@@ -204,6 +204,9 @@ def test_a_stacked_metric_hands_back_each_chains_own():
         for name in params:
             assert torch.equal(moved[0][name], moved[1][name])
         assert stacked.member(c).damping == alone.damping
+        assert stacked.member(c).blocks[0].qa.data_ptr() == stacked.blocks[0].qa[c].data_ptr()
+    with pytest.raises(ValueError, match="stack"):
+        metrics[0].member(0)
 
 
 def test_end_stiffness_is_the_largest_over_the_chains():
@@ -246,4 +249,5 @@ def test_a_well_conditioned_block_steps_in_float32_as_in_float64(monkeypatch):
         metric.step(moved, grads, lr=0.05, tau=1.0, generator=torch.Generator().manual_seed(4))
         moves.append(torch.cat([(moved[k] - params[k]).reshape(-1) for k in params]))
     assert kfac._float32_scales(blk) is None  # (the float64 pass)
+    assert not torch.equal(moves[0], moves[1])  # the first pass did round in float32
     assert (moves[0] - moves[1]).norm() < 1e-5 * moves[1].norm()

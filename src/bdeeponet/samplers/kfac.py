@@ -140,6 +140,8 @@ class KroneckerMetric:
 
     def member(self, c: int) -> KroneckerMetric:
         """Chain ``c``'s metric out of a :meth:`stack` (views, no copies)."""
+        if torch.as_tensor(self.damping).dim() == 0:
+            raise ValueError("member() takes one chain's metric out of a stack; this is one chain's")
         out = self.__class__.__new__(self.__class__)
         out.blocks = []
         for blk in self.blocks:
