@@ -81,12 +81,15 @@ def main() -> None:
 
     hess = operator(scaled_hessian(energy, metric, params, few))
     ggn = operator(gauss_newton(energy, metric, params, few))
+    start = np.random.default_rng(args.seed).standard_normal(sum(sizes))  # Lanczos, seeded
 
     print("\n1. eigenvalues of M^½ H M^½ (Hessian) and M^½ G M^½ (Gauss-Newton), undamped M, "
           f"{args.functions} functions scaled to {energy.n_total}, d = {sum(sizes)}")
-    top = np.sort(eigsh(hess, k=args.k, which="LA", return_eigenvectors=False, tol=1e-3))[::-1]
-    low = np.sort(eigsh(hess, k=args.k, which="SA", return_eigenvectors=False, tol=1e-3))
-    gtop = np.sort(eigsh(ggn, k=4 * args.k, which="LA", return_eigenvectors=False, tol=1e-3))[::-1]
+    top = np.sort(eigsh(hess, k=args.k, which="LA", return_eigenvectors=False, tol=1e-3, v0=start))[::-1]
+    low = np.sort(eigsh(hess, k=args.k, which="SA", return_eigenvectors=False, tol=1e-3,
+                       v0=start))
+    gtop = np.sort(eigsh(ggn, k=4 * args.k, which="LA", return_eigenvectors=False, tol=1e-3,
+                        v0=start))[::-1]
     print(f"   H, largest: {fmt(top[:5])} ... {args.k}th {top[-1]:.1f}")
     print(f"   H, smallest: {fmt(low[:5])} ... {args.k}th {low[-1]:.1f}")
     above = int((gtop > 4).sum())
@@ -96,7 +99,7 @@ def main() -> None:
           f"{args.probes} probes): " + " / ".join(f"{c:.0f}" for c in counts))
 
     print("\n2. where H's stiffest directions sit (share of each eigenvector, blocks >= 2%)")
-    vals, vecs = eigsh(hess, k=3, which="LM", tol=1e-3)
+    vals, vecs = eigsh(hess, k=3, which="LM", tol=1e-3, v0=start)
     for lam, vec in zip(vals, vecs.T, strict=True):
         pieces = np.split(vec, np.cumsum(sizes)[:-1])
         share = {n: float(np.square(v).sum()) for n, v in zip(names, pieces, strict=True)}
