@@ -107,10 +107,10 @@ def sampler_on(data: OperatorData, method: str, sampling: bool = True, warmup: i
 
 def _share_first_metric(state, sampler, energy, u, s, generator) -> None:
     from bdeeponet.samplers.kfac import KroneckerMetric, estimate_kfac, tame
-    from bdeeponet.samplers.sgld import Sampling
+    from bdeeponet.samplers.sgld import Sampling, metric_batches
 
     params = {n: p[0] for n, p in state.chain.params.items()}
-    batches = [(u[i : i + 100], s[i : i + 100]) for i in range(0, u.shape[0], 100)]
+    batches = metric_batches((u, s))
     metric = estimate_kfac(energy, params, batches, generator, sampler.fisher_samples)
     lam = tame(energy, metric, params, batches[:3], generator)
     stacked = KroneckerMetric.stack([metric] * state.chain.n_chains)

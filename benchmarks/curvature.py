@@ -35,6 +35,7 @@ from bdeeponet.metrics import relative_errors
 from bdeeponet.posterior import unflatten
 from bdeeponet.run import load_run
 from bdeeponet.samplers.kfac import estimate_kfac, scaled_hessian, stiffness, tame
+from bdeeponet.samplers.sgld import metric_batches
 from bdeeponet.train import setup, split_calibration
 
 
@@ -57,7 +58,7 @@ def main() -> None:
     fit, _ = split_calibration(data, config)
     energy = setup(fit, config, post.noise_std).energy
     u, s = (torch.as_tensor(a, dtype=torch.float32) for a in (fit.u_train, fit.s_train))
-    batches = [(u[i : i + 100], s[i : i + 100]) for i in range(0, len(u), 100)]
+    batches = metric_batches((u, s))
     few = [(u[: args.functions], s[: args.functions])]
     chains = post.chains or 1
     per_chain = post.samples.shape[0] // chains
@@ -132,7 +133,7 @@ def main() -> None:
 
     print("\n5. latent directions (eigenvectors of the branch's and trunk's output second "
           "moments, each scaled to 1, summed) at chain 0's first draw")
-    first, last = latent_amplitudes(energy.model, params, u, energy.y), None
+    first = latent_amplitudes(energy.model, params, u, energy.y)
     last = latent_amplitudes(energy.model, draw(per_chain - 1), u, energy.y, first[0])
     dead = first[1] < 1e-3
     print(f"   {int(dead.sum())} of {len(dead)} carry under 1e-3 of the strongest's weight")

@@ -187,13 +187,12 @@ def _float32_scales(blk: KroneckerBlock) -> tuple[torch.Tensor, torch.Tensor] | 
     """``(1 / (D + δ), its root)`` in float32 when the block is well enough conditioned
     (:data:`FLOAT32_CONDITION`, over all its chains), else None; kept on the block until
     its damping changes."""
-    cached = blk.__dict__.get("_float32")
-    if cached is None or cached[0].device != blk.inv.device:
-        ratio = float(blk.inv.max() / blk.inv.min())
-        cached = (blk.inv.float(), blk.inv_sqrt.float()) if ratio < FLOAT32_CONDITION else (
-            blk.inv[..., :0].float(),)  # (an empty marker on the device: float64 needed)
+    cached = blk.__dict__.get("_float32")  # (device, scales or None)
+    if cached is None or cached[0] != blk.inv.device:
+        well = float(blk.inv.max() / blk.inv.min()) < FLOAT32_CONDITION
+        cached = (blk.inv.device, (blk.inv.float(), blk.inv_sqrt.float()) if well else None)
         blk.__dict__["_float32"] = cached
-    return cached if len(cached) == 2 else None
+    return cached[1]
 
 
 def _joined(blk: KroneckerBlock, tensors: dict[str, torch.Tensor],

@@ -88,8 +88,7 @@ def start_sampling(settings: LangevinSettings, chain: Chain, energy, data, gener
     if energy is None or data is None or generator is None:
         raise ValueError("end_burn_in needs the energy, the training data (u, s) and the "
                          "generator to estimate the metric (metric='kfac')")
-    u, s = data
-    batches = [(u[i : i + 100], s[i : i + 100]) for i in range(0, u.shape[0], 100)]
+    batches = metric_batches(data)
     if chain.n_chains is None:
         metric = estimate_kfac(energy, chain.params, batches, generator, settings.fisher_samples)
         lam = tame(energy, metric, chain.params, batches[:3], generator)
@@ -105,6 +104,13 @@ def start_sampling(settings: LangevinSettings, chain: Chain, energy, data, gener
         metric, lam = KroneckerMetric.stack(metrics), max(lams)
     cv = ControlVariate.at(energy, chain, data) if settings.control_variate else None
     return Sampling(metric, cv, settings.max_stiffness / lam, lam)
+
+
+def metric_batches(data) -> list:
+    """The training data ``(u, s)`` in batches of 100 functions: the metric is estimated
+    on all of them, the stiffness (:func:`~.kfac.stiffness`) on the first three."""
+    u, s = data
+    return [(u[i : i + 100], s[i : i + 100]) for i in range(0, u.shape[0], 100)]
 
 
 def sampling_report(settings: LangevinSettings, sampling: Sampling | None) -> dict:
@@ -133,8 +139,7 @@ def end_stiffness(state, energy, data, generator: torch.Generator) -> float | No
     if sampling is None or sampling.metric is None:
         return None
     chain = state.chain if hasattr(state, "chain") else state.chains[0]
-    u, s = data
-    batches = [(u[i : i + 100], s[i : i + 100]) for i in range(0, min(len(u), 300), 100)]
+    batches = metric_batches(data)[:3]
     if chain.n_chains is None:
         return stiffness(energy, sampling.metric, chain.params, batches, generator)
     return max(stiffness(energy, sampling.metric.member(c), {n: p[c] for n, p in chain.params.items()},
