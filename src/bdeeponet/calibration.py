@@ -28,7 +28,8 @@ functions' ``max_p |s̃ − mean| / sqrt(k² std² + σ²)``, the one whose band
 of new noisy trajectories with probability 0.9 over the draw of the held-out functions
 (:func:`conformal_rank`; the usual ⌈(n+1)α⌉-th is right only on average over draws), and
 conservative for the clean trajectory. Where no rank reaches that (from 100 functions: at
-99%) the Gaussian union bound over the P points is used.
+99%), an upper confidence bound from the held-out scores' tail (:func:`tail_quantile`);
+with fewer than 10 held-out functions, the Gaussian union bound over the P points.
 """
 
 from __future__ import annotations
@@ -149,10 +150,13 @@ def fit_calibration(mean, std, s_noisy, noise_std: float, levels=NOMINAL_LEVELS,
     quantiles = []
     for level in levels:
         rank = conformal_rank(len(scores), level)
-        # too few held-out functions for this level: the Gaussian union bound instead
-        quantiles.append(_bonferroni(level, r.shape[1]) if rank is None else float(scores[rank - 1]))
-    # a higher level's band is never narrower (the union bound at 99% can fall below the
-    # held-out score chosen at 95%: 3.89 against 3.9-4.2 on the 8000-epoch grid)
+        if rank is not None:
+            quantiles.append(float(scores[rank - 1]))
+        elif len(scores) >= MIN_CHECK:  # a level beyond the held-out ranks: their tail, fitted
+            quantiles.append(tail_quantile(scores, level))
+        else:  # (next to) no held-out functions: the Gaussian union bound
+            quantiles.append(_bonferroni(level, r.shape[1]))
+    # a higher level's band is never narrower
     order = np.argsort(levels)
     quantiles = np.asarray(quantiles)
     quantiles[order] = np.maximum.accumulate(quantiles[order])
@@ -178,6 +182,29 @@ def conformal_rank(n: int, level: float, confidence: float = CONFORMAL_CONFIDENC
     ranks = np.arange(1, n + 1)
     ok = np.nonzero(beta_dist.cdf(level, ranks, n + 1 - ranks) <= 1 - confidence)[0]
     return int(ranks[ok[0]]) if ok.size else None
+
+
+def tail_quantile(scores, level: float, confidence: float = CONFORMAL_CONFIDENCE) -> float:
+    """The function-level score at a level no held-out rank reaches (from 100 functions:
+    99%), as an upper confidence bound: a Gumbel distribution fitted to the logarithms of
+    the held-out ``scores`` by its moments, its ``level`` quantile raised by ``z_confidence``
+    standard errors (delta method, with the Gumbel's skewness 1.14 and excess kurtosis 2.4).
+
+    A score is a maximum over P points; a maximum of light-tailed values is Gumbel, of
+    heavy-tailed ones Fréchet, whose logarithm is Gumbel. Fitted on the log scale the bound
+    is right for the heavy tails and errs wide for the light ones. Simulated with 100 held-out
+    functions (the maxima over 100 points of |N(0, 1)|, of |t_5|, of |t_3|, of |N(0, 1)|
+    with 30% of functions 1.6x wider, of an AR(1) with ρ = 0.95; 400 draws each): the band
+    covers at least 99% in 90-100% of draws, at 1.17-1.40 times the width that would just do.
+    The Gaussian union bound used before covered 98.2-98.9% on the 4-chain grids at 99%
+    (its held-out scores have heavier tails than a Gaussian's)."""
+    x = np.log(np.maximum(np.asarray(scores, dtype=np.float64), 1e-300))
+    n = len(x)
+    sd = float(x.std(ddof=1))
+    c = math.sqrt(6) / math.pi * (-np.euler_gamma - math.log(-math.log(level)))
+    se = sd * math.sqrt((1 + 1.1 * c * c + 1.1395 * c) / n)
+    z = float(np.sqrt(2) * erfinv(2 * confidence - 1))
+    return float(math.exp(x.mean() + c * sd + z * se))
 
 
 def consistent_scales(r, std, noise_std: float, levels=NOMINAL_LEVELS, dof=None,
