@@ -187,8 +187,9 @@ def conformal_rank(n: int, level: float, confidence: float = CONFORMAL_CONFIDENC
 def tail_quantile(scores, level: float, confidence: float = CONFORMAL_CONFIDENCE) -> float:
     """The function-level score at a level no held-out rank reaches (from 100 functions:
     99%), as an upper confidence bound: a Gumbel distribution fitted to the logarithms of
-    the held-out ``scores`` by its moments, its ``level`` quantile raised by ``z_confidence``
-    standard errors (delta method, with the Gumbel's skewness 1.14 and excess kurtosis 2.4).
+    the held-out ``scores`` by its moments, its ``level`` quantile raised by the normal
+    quantile at ``confidence`` (1.28 at 0.9) times its standard error (delta method, with
+    the Gumbel's skewness 1.14 and excess kurtosis 2.4).
 
     A score is a maximum over P points; a maximum of light-tailed values is Gumbel, of
     heavy-tailed ones Fréchet, whose logarithm is Gumbel. Fitted on the log scale the bound
