@@ -17,7 +17,7 @@ demo: $(STAMP)
 	$(BIN)/python -m bdeeponet.demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
