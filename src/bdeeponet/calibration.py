@@ -204,7 +204,7 @@ def tail_quantile(scores, level: float, confidence: float = CONFORMAL_CONFIDENCE
     sd = float(x.std(ddof=1))
     c = math.sqrt(6) / math.pi * (-np.euler_gamma - math.log(-math.log(level)))
     se = sd * math.sqrt((1 + 1.1 * c * c + 1.1395 * c) / n)
-    z = float(np.sqrt(2) * erfinv(2 * confidence - 1))
+    z = z_value(2 * confidence - 1)  # the one-sided normal quantile at ``confidence``
     return float(math.exp(x.mean() + c * sd + z * se))
 
 
