@@ -107,13 +107,19 @@ def calibration_rows(records: dict) -> list[dict]:
 
 
 def _held_out_check(checks: list) -> dict:
-    """The scales of the raw band that the held-out functions could not reject (median over
-    the seeds whose range is not empty), and in how many seeds no single scale fit."""
-    found = [c["consistent"] for c in checks if c is not None]
-    ranges = [k for k in found if k]
+    """What the held-out functions say of the raw band's scale: the likelihood's estimate and
+    90% interval (median over seeds; for runs calibrated before it, the range of scales the
+    held-out coverages admit), and in how many seeds no single scale fit every level."""
+    found = [c for c in checks if c is not None]
+    shape = sum(not c["consistent"] for c in found)
+    lik = [(c["scale"], *c["scale_interval"]) for c in found if "scale_interval" in c]
+    if lik:
+        k, lo, hi = (float(np.median([x[i] for x in lik])) for i in range(3))
+        return {"k": k, "k_low": lo, "k_high": hi, "shape_rejected": shape}
+    ranges = [c["consistent"] for c in found if c["consistent"]]
     lo, hi = (float(np.median([k[i] for k in ranges])) if ranges else float("nan")
               for i in (0, 1))
-    return {"k_low": lo, "k_high": hi, "shape_rejected": len(found) - len(ranges)}
+    return {"k": float("nan"), "k_low": lo, "k_high": hi, "shape_rejected": shape}
 
 
 def swap_rows(records: dict) -> list[dict]:
@@ -190,19 +196,21 @@ def calibration_markdown(cal: list[dict], swaps: list[dict]) -> str:
                   "Of the clean truth pointwise by the raw band (mean ± z std) and by the band "
                   "calibrated on held-out training functions; of whole noisy test trajectories "
                   "(the clean truth plus the data's noise, 20 draws) by the function-level "
-                  "band, an observation band; mean over seeds. *Held-out k*: the scales of "
-                  "the raw band that the held-out functions cannot reject at any level "
-                  "(median over seeds; a wide range means the noise hides the error and no "
-                  "calibration from those functions can correct the band; *shape*: seeds "
-                  "where no single scale fits every level).", ""]
+                  "band, an observation band; mean over seeds. *Held-out k*: the raw band's "
+                  "scale by the held-out functions' likelihood, with its 90% interval (median "
+                  "over seeds; a wide interval means the noise hides the error and no "
+                  "calibration from those functions can correct the band; a range alone: "
+                  "the scales their coverages admit, from runs calibrated before the "
+                  "likelihood); *shape*: seeds where no single scale covers every level.", ""]
         head = ["scenario", "method", *(f"raw {v}" for v in CAL_LEVELS),
                 *(f"cal. {v}" for v in CAL_LEVELS), *(f"function {v}" for v in CAL_LEVELS),
                 "held-out k", "shape"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in cal:
             cells = [f"{r[f'{k}_{v}']:.1f}" for k in ("raw", "cal", "func") for v in CAL_LEVELS]
-            lo, hi = r.get("k_low", float("nan")), r.get("k_high", float("nan"))
-            cells.append(f"{lo:.2g}–{hi:.2g}" if np.isfinite(lo) else "–")
+            k, lo, hi = (r.get(x, float("nan")) for x in ("k", "k_low", "k_high"))
+            span = f"{lo:.2g}–{hi:.2g}" if np.isfinite(lo) else "–"
+            cells.append(f"{k:.2g} ({span})" if np.isfinite(k) else span)
             cells.append(str(r.get("shape_rejected", 0)))
             lines.append(f"| {r['problem']} {r['noise']:g} | {r['method']} | " + " | ".join(cells) + " |")
         lines.append("")

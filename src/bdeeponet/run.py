@@ -121,4 +121,8 @@ def test_metrics(mean, std, data: OperatorData, posterior, dof=None, seed: int =
             metrics["calibration_check"] = {"consistent": list(check.consistent),
                                             "resolved": check.resolved,
                                             "n_functions": check.n_functions}
+            if check.likelihood is not None:
+                metrics["calibration_check"].update(
+                    scale=check.likelihood[0], scale_se=check.likelihood[1],
+                    scale_interval=list(check.interval))
     return metrics
