@@ -38,8 +38,8 @@ import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from scipy.special import erfinv
 from scipy.optimize import minimize_scalar
+from scipy.special import erfinv
 from scipy.stats import beta as beta_dist
 from scipy.stats import gamma as gamma_dist
 from scipy.stats import t as student_t
