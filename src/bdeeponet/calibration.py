@@ -17,10 +17,11 @@ Three bands answer three questions (all of shape (n, P)):
 Calibration uses only training data: a split of the training functions that the sampler
 never saw. Their targets are noisy, so k is judged by the *observation* band on the
 held-out targets (the known or estimated σ separates the two parts), and the solution band
-uses the same k. A band of several chains stands (k = 1) unless the held-out functions
-reject it: where σ dwarfs the error, 100 noisy functions cannot tell k = 1 from k = 1.5
-(measured on the paper grid: pendulum at σ = 0.05 with 4 chains, whose band under-covers by
-13 points at 95%, passes). One chain's band is not trusted so far: there the error's second
+uses the same k. A band of several chains is scaled by the k that the held-out functions'
+likelihood puts it at (:func:`scale_likelihood`) where they pin it down to a factor of 2,
+and stands (k = 1) where they cannot: where σ dwarfs the error, 100 noisy functions cannot
+tell k = 1 from k = 1.5 (measured on the paper grid: pendulum at σ = 0.05 with 4 chains,
+whose band under-covers by 13 points at 95%; the likelihood's 90% interval is 0.72-3.75). One chain's band is not trusted so far: there the error's second
 moment, from products of neighbouring residuals (the independent noise drops out of them;
 :func:`moment_scale`), replaces it, and each level gets its own k (see
 :func:`fit_calibration`). ``q'_α`` is a held-out order statistic of the n held-out
