@@ -10,6 +10,7 @@ from scipy.stats import t as student_t_dist
 from bdeeponet.calibration import (
     Calibration,
     bands,
+    check_message,
     conformal_rank,
     consistent_scales,
     coverage_table,
@@ -337,3 +338,17 @@ def test_the_likelihood_tells_more_than_the_coverages():
         # the estimate is used where it pins the scale down (to a factor of 2), else k = 1
         assert cal.scales[0] == (cal.likelihood[0] if hi <= 2 * lo * (1 + 1e-12) else 1.0)
     assert narrower >= 18 and holds >= 15, (narrower, holds)
+
+
+def test_the_check_says_what_the_held_out_functions_could_tell():
+    """One line per kind of check: a scale pinned down, one the noise hides, a shape that no
+    single scale fits (the likelihood's figures in each)."""
+    def check(consistent, k, se):
+        cal = Calibration(consistent=consistent, likelihood=(k, se), n_functions=100)
+        return {"consistent": list(consistent), "resolved": cal.resolved, "n_functions": 100,
+                "scale": k, "scale_se": se, "scale_interval": list(cal.interval)}
+
+    assert "put the raw band's scale at 1.3 (90%: 0.97-1.8)" in check_message(
+        check((0.01, 1.7), 1.33, 0.19))
+    assert "cannot check this band" in check_message(check((0.01, 4.1), 1.65, 0.5))
+    assert "shape is off" in check_message(check((), 0.78, 0.07))

@@ -21,8 +21,9 @@ uses the same k. A band of several chains is scaled by the k that the held-out f
 likelihood puts it at (:func:`scale_likelihood`) where they pin it down to a factor of 2,
 and stands (k = 1) where they cannot: where σ dwarfs the error, 100 noisy functions cannot
 tell k = 1 from k = 1.5 (measured on the paper grid: pendulum at σ = 0.05 with 4 chains,
-whose band under-covers by 13 points at 95%; the likelihood's 90% interval is 0.72-3.75). One chain's band is not trusted so far: there the error's second
-moment, from products of neighbouring residuals (the independent noise drops out of them;
+whose band under-covers by 13 points at 95%; the likelihood's 90% interval is 0.72-3.75).
+One chain's band is not trusted so far: there the error's second moment, from products of
+neighbouring residuals (the independent noise drops out of them;
 :func:`moment_scale`), replaces it, and each level gets its own k (see
 :func:`fit_calibration`). ``q'_α`` is a held-out order statistic of the n held-out
 functions' ``max_p |s̃ − mean| / sqrt(k² std² + σ²)``, the one whose band covers at least α
@@ -288,9 +289,11 @@ def check_message(check: dict) -> str:
     lik = check.get("scale_interval")
     if lik is not None:
         where = f"at {check['scale']:.2g} (90%: {lik[0]:.2g}-{lik[1]:.2g})"
+        if not k:
+            return (f"{shape} for the {n} held-out functions (their likelihood puts its scale "
+                    f"{where}), and the calibrated band takes the median of per-level fits")
         if check["resolved"]:
-            said = f"the {n} held-out functions put the raw band's scale {where}"
-            return said if k else f"{said}; {shape}"
+            return f"the {n} held-out functions put the raw band's scale {where}"
         return (f"the {n} held-out functions cannot check this band: their likelihood puts "
                 f"its scale {where} (the noise hides the error), so its coverage rests on the "
                 "sampler")
