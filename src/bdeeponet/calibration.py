@@ -36,6 +36,7 @@ with fewer than 10 held-out functions, the Gaussian union bound over the P point
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -140,8 +141,7 @@ def fit_calibration(mean, std, s_noisy, noise_std: float, levels=NOMINAL_LEVELS,
     (the predictive distribution, see :func:`predictive_quantile`) and ``s_noisy``, each
     (n, P) at the query points ``y`` (P, d; optional).
 
-    At each level k_α is the root of the held-out observation band's coverage, unless none
-    is needed or none can be told apart. Then:
+    How k is found depends on the band:
 
     * ``trust_band`` (several chains, whose disagreement is in the band; the linear
       baseline): one k for every level, the likelihood's (:func:`scale_likelihood`), where
@@ -334,14 +334,20 @@ _DOF_NODES = np.geomspace(1.0, 1e4, 241)  # the degrees of freedom the mixing no
 _MIXING_POINTS = 32  # quadrature points of the Student-t's Gamma mixing
 
 
+@functools.cache
+def _mixing_table() -> np.ndarray:
+    """(len(_DOF_NODES), Q): the nodes of :func:`_mixing_nodes` at each tabulated dof."""
+    u = (np.arange(_MIXING_POINTS) + 0.5) / _MIXING_POINTS
+    return gamma_dist.ppf(u[None, :], a=_DOF_NODES[:, None] / 2, scale=2 / _DOF_NODES[:, None])
+
+
 def _mixing_nodes(dof) -> np.ndarray:
     """``g`` (..., Q): equal-weight quadrature nodes (quantile midpoints) of the Gamma(ν/2,
     rate ν/2) precision that makes a Student-t a Gaussian scale mixture, ``t_ν = N(0, 1/g)``,
     for each entry of ``dof`` (rounded to a table 4% apart; inf or None: g = 1)."""
-    u = (np.arange(_MIXING_POINTS) + 0.5) / _MIXING_POINTS
-    table = gamma_dist.ppf(u[None, :], a=_DOF_NODES[:, None] / 2, scale=2 / _DOF_NODES[:, None])
     if dof is None:
         return np.ones((1, _MIXING_POINTS))
+    table = _mixing_table()
     dof = np.asarray(dof, dtype=np.float64)
     g = np.ones((*dof.shape, _MIXING_POINTS))
     fin = np.isfinite(dof) & (dof < _DOF_NODES[-1])
@@ -362,8 +368,9 @@ def scale_likelihood(residual, std, noise_std: float, dof=None,
 
     Unlike coverage counts, which only see whether a residual falls inside a band, the
     likelihood weighs every residual by how much of it the band can explain: on the paper
-    grid's diffusion-reaction at σ = 0.1 (4 chains; the noise 13 times the error) it
-    resolves k to a factor of 1.19 where the held-out coverages admit any k from 0.01 to 2.1."""
+    grid's diffusion-reaction at σ = 0.1 (4 chains; the noise 13 times the error) its standard
+    error is a factor of 1.19 (90% interval 0.97-1.83) where the held-out coverages admit
+    any k from 0.01 to 2.1."""
     r2 = (np.asarray(residual, dtype=np.float64) ** 2)[..., None]
     s2g = (np.asarray(std, dtype=np.float64) ** 2)[..., None] / _mixing_nodes(dof)
     var_noise = float(noise_std) ** 2
