@@ -352,3 +352,12 @@ def test_the_check_says_what_the_held_out_functions_could_tell():
         check((0.01, 1.7), 1.33, 0.19))
     assert "cannot check this band" in check_message(check((0.01, 4.1), 1.65, 0.5))
     assert "shape is off" in check_message(check((), 0.78, 0.07))
+
+
+def test_a_flat_likelihood_gives_a_wide_interval_not_an_overflow():
+    """A standard error of log k far beyond float range (a nearly flat likelihood) or an
+    infinite one (no curvature at all) gives an interval that resolves nothing."""
+    for se in (1e6, float("inf")):
+        cal = Calibration(consistent=(0.01, 100.0), likelihood=(1.0, se))
+        lo, hi = cal.interval
+        assert lo < 1e-100 and hi > 1e100 and cal.resolved is False

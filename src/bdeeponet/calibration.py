@@ -107,7 +107,8 @@ class Calibration:
         if self.likelihood is None:
             return None
         k, se = self.likelihood
-        f = math.exp(z_value(CONFORMAL_CONFIDENCE) * se) if math.isfinite(se) else math.inf
+        # a nearly flat likelihood has a huge se: cap the exponent below float overflow
+        f = math.exp(min(z_value(CONFORMAL_CONFIDENCE) * se, 700.0)) if math.isfinite(se) else math.inf
         return (k / f, k * f)
 
     @property
