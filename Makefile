@@ -22,7 +22,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# One question per script (see the README's Speed section); QUICK=1 for fewer rounds.
+# One question per script (see docs/speed.md); QUICK=1 for fewer rounds.
 BENCH_FLAGS := $(if $(QUICK),--quick,)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_generate.py

@@ -1,5 +1,5 @@
 """Where the stiffness that forces the Kronecker metric's damping comes from, measured on a
-finished run (README, "How the samplers work").
+finished run (docs/samplers.md).
 
 At the run's first draw (chain 0) the undamped metric M is estimated as a run estimates
 it, and the metric-scaled Hessian ``M^½ H M^½`` (``kfac.scaled_hessian``) is compared with

@@ -7,7 +7,7 @@ SG-MCMC burn-in step (the Adam warm start). Ratios are to one SGLD step measured
 rounds. ``experiments.STEP_COST`` (the grid's scheduling weights) rests on these ratios.
 
 Run: python benchmarks/step_cost.py [--quick] [--pde advection_diffusion|diffusion_reaction]
-     [--device cpu|cuda]   (on a GPU one chain is launch-bound: see the README, Speed)
+     [--device cpu|cuda]   (on a GPU one chain is launch-bound: see docs/speed.md)
 """
 
 from __future__ import annotations

@@ -153,7 +153,7 @@ def prior_relaxation_steps(metric: KroneckerMetric, step: float) -> float:
     δ the damping (the largest of the chains'). Undamped it is ``1/η``. On the paper grid's
     pendulum at σ = 0.05 (δ ≈ 5e5, λ = 64, η = 0.038) it is about 2.2e5 iterations, some
     24,000 epochs, against the 1000-2000 epochs a run samples: the drift of the energy
-    measured there (README, "How the samplers work"). Tensors outside a linear layer count too."""
+    measured there (docs/samplers.md). Tensors outside a linear layer count too."""
     precisions = [b.precision for b in metric.blocks] + list(metric.diag_precision.values())
     floors = sorted((float(p.min()), p.numel()) for p in precisions)
     sizes = np.cumsum([n for _, n in floors])
