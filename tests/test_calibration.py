@@ -342,16 +342,24 @@ def test_the_likelihood_tells_more_than_the_coverages():
 
 def test_the_check_says_what_the_held_out_functions_could_tell():
     """One line per kind of check: a scale pinned down, one the noise hides, a shape that no
-    single scale fits (the likelihood's figures in each)."""
-    def check(consistent, k, se):
-        cal = Calibration(consistent=consistent, likelihood=(k, se), n_functions=100)
+    single scale fits (the likelihood's figures in each), an error that does not follow the
+    band's spread (which also resolves nothing)."""
+    def check(consistent, k, se, spread_z=None):
+        cal = Calibration(consistent=consistent, likelihood=(k, se), n_functions=100,
+                          spread_z=spread_z)
         return {"consistent": list(consistent), "resolved": cal.resolved, "n_functions": 100,
-                "scale": k, "scale_se": se, "scale_interval": list(cal.interval)}
+                "scale": k, "scale_se": se, "scale_interval": list(cal.interval),
+                "spread_z": spread_z}
 
     assert "put the raw band's scale at 1.3 (90%: 0.97-1.8)" in check_message(
         check((0.01, 1.7), 1.33, 0.19))
     assert "cannot check this band" in check_message(check((0.01, 4.1), 1.65, 0.5))
     assert "shape is off" in check_message(check((), 0.78, 0.07))
+    flagged = check((0.58, 0.85), 0.74, 0.17, spread_z=4.1)
+    assert flagged["resolved"] is False
+    assert "does not follow the band's spread" in check_message(flagged)
+    assert "(z = 4.1" in check_message(flagged)
+    assert "put the raw band's scale" in check_message(check((0.58, 0.85), 0.74, 0.1, 1.4))
 
 
 def test_a_flat_likelihood_gives_a_wide_interval_not_an_overflow():
@@ -361,3 +369,63 @@ def test_a_flat_likelihood_gives_a_wide_interval_not_an_overflow():
         cal = Calibration(consistent=(0.01, 100.0), likelihood=(1.0, se))
         lo, hi = cal.interval
         assert lo < 1e-100 and hi > 1e100 and cal.resolved is False
+
+
+def _wave(rng, n, y):
+    """n smooth random functions of unit rms on the points y (three random sinusoids)."""
+    phase, freq = rng.uniform(0, 2 * np.pi, (n, 3, 1)), rng.uniform(1, 3, (n, 3, 1))
+    return np.sin(2 * np.pi * freq * y.T[None] + phase).sum(1) * np.sqrt(2 / 3)
+
+
+def _dipping_band(rng, n, y):
+    """The band of four chains whose means are smooth random functions: its sd dips wherever
+    they happen to agree; the error (1.5 times the sd's typical size) does not dip there."""
+    chains = 0.002 * np.stack([_wave(rng, n, y) for _ in range(4)])
+    std = chains.std(0, ddof=1) * np.sqrt(1.25)
+    mean = rng.normal(size=(n, y.shape[0]))
+    return mean, std, mean + 1.5 * 0.002 * _wave(rng, n, y), np.full(std.shape, 3.0)
+
+
+@pytest.mark.slow
+def test_a_band_whose_spread_the_error_does_not_follow_is_fitted_level_by_level():
+    """20 draws of 100 held-out functions under σ = 0.01 (three times the error). The band's
+    Student-t scale is fitted by the held-out likelihood, which learns it where the spread
+    is large, and the calibrated band covers 67-91% at 95% (the control: no grid lines, so
+    no spread check). With the grid, :func:`spread_check` flags the band in at least 16 of
+    20 draws (measured 19), and the band fitted level by level covers fresh clean truths
+    (400 functions) within 3 points of 95% in at least 16 (measured 19); the control in at
+    most 4 (measured 0)."""
+    y = np.linspace(0, 1, 100)[:, None]
+    flagged = near = near_control = 0
+    for i in range(20):
+        rng = np.random.default_rng(100 + i)
+        mean, std, s, dof = _dipping_band(rng, 100, y)
+        noisy = s + SIGMA * rng.standard_normal(s.shape)
+        cal = fit_calibration(mean, std, noisy, SIGMA, dof=dof, y=y)
+        control = fit_calibration(mean, std, noisy, SIGMA, dof=dof)
+        flagged += cal.spread_off
+        assert control.spread_z is None  # nothing to check without grid lines
+        assert not (cal.spread_off and cal.resolved)  # a flagged band resolves nothing
+        mean, std, s, dof = _dipping_band(rng, 400, y)
+        near += abs(coverage_table(mean, std, s, SIGMA, cal, dof=dof)["pointwise"]["0.95"] - 95) <= 3
+        near_control += abs(coverage_table(mean, std, s, SIGMA, control, dof=dof)
+                            ["pointwise"]["0.95"] - 95) <= 3
+    assert flagged >= 16 and near >= 16 and near_control <= 4, (flagged, near, near_control)
+
+
+def test_a_band_whose_spread_the_error_follows_is_not_flagged():
+    """The null: a spread that varies smoothly (a factor of e across each function) and an
+    error 1.5 times it, under σ three times the error. In 40 draws of 100 held-out functions
+    :func:`spread_check` passes the band in at least 38 (its z is about standard normal:
+    measured -2.9 to 0.8 over 20 draws, none above SPREAD_Z = 2.5)."""
+    from bdeeponet.calibration import spread_check
+
+    y = np.linspace(0, 1, 100)[:, None]
+    rng = np.random.default_rng(200)
+    passed = 0
+    for _ in range(40):
+        std = 0.002 * np.exp(0.5 * _wave(rng, 100, y))
+        r = 1.5 * std * _wave(rng, 100, y) + SIGMA * rng.standard_normal(std.shape)
+        passed += spread_check(r, std, y) <= 2.5
+    assert passed >= 38, passed
+    assert spread_check(r, std, rng.uniform(size=(100, 1))) is None  # no grid lines

@@ -22,6 +22,8 @@ likelihood puts it at (:func:`scale_likelihood`) where they pin it down to a fac
 and stands (k = 1) where they cannot: where σ dwarfs the error, 100 noisy functions cannot
 tell k = 1 from k = 1.5 (measured on the paper grid: pendulum at σ = 0.05 with 4 chains,
 whose band under-covers by 13 points at 95%; the likelihood's 90% interval is 0.72-3.75).
+Where the held-out error does not follow the band's spread from point to point
+(:func:`spread_check`), that band is fitted as one chain's is.
 One chain's band is not trusted so far: there the error's second moment, from products of
 neighbouring residuals (the independent noise drops out of them;
 :func:`moment_scale`), replaces it, and each level gets its own k (see
@@ -48,12 +50,13 @@ from scipy.stats import gamma as gamma_dist
 from scipy.stats import t as student_t
 
 from .metrics import NOMINAL_LEVELS
-from .noise import line_windows, smooth_second_moment
+from .noise import lag_pairs, line_windows, smooth_second_moment
 
 SCALE_GRID = np.geomspace(1e-2, 1e2, 401)  # scales searched by consistent_scales (2.3% apart)
 CONFORMAL_CONFIDENCE = 0.9  # the function-level band covers >= its level in 90% of held-out draws
 MIN_CHECK = 10  # held-out functions below which the band's scale is not checked
 _HALF = 2  # one chain's residuals averaged over 2 * _HALF + 1 neighbours on a grid line
+SPREAD_Z = 2.5  # spread_check's z above which the error does not follow the band's spread
 
 
 def z_value(level: float) -> float:
@@ -87,6 +90,14 @@ class Calibration:
     # the likelihood's estimate of the raw band's scale and the standard error of its
     # logarithm (:func:`scale_likelihood`); None where not checked
     likelihood: tuple[float, float] | None = None
+    # :func:`spread_check`'s z for a trusted band (None: not checked); above SPREAD_Z the
+    # error does not follow the band's spread and each level was fitted on its own
+    spread_z: float | None = None
+
+    @property
+    def spread_off(self) -> bool:
+        """Whether the held-out error does not follow the band's spread (:func:`spread_check`)."""
+        return self.spread_z is not None and self.spread_z > SPREAD_Z
 
     def scale(self, level: float) -> float:
         """k at ``level`` (linear interpolation between the fitted levels, flat outside)."""
@@ -120,7 +131,7 @@ class Calibration:
         correct it."""
         if self.consistent is None:
             return None
-        if len(self.consistent) != 2:  # no single scale fits: the shape is off
+        if len(self.consistent) != 2 or self.spread_off:  # no single scale fits: the shape is off
             return False
         if self.likelihood is not None:
             return pins_down(self.likelihood[1])
@@ -133,7 +144,7 @@ class Calibration:
         q, ok, lik = d.get("quantiles"), d.get("consistent"), d.get("likelihood")
         return cls(tuple(d["levels"]), tuple(d["scales"]), None if q is None else tuple(q),
                    int(d.get("n_functions", 0)), None if ok is None else tuple(ok),
-                   None if lik is None else tuple(lik))
+                   None if lik is None else tuple(lik), d.get("spread_z"))
 
 
 def fit_calibration(mean, std, s_noisy, noise_std: float, levels=NOMINAL_LEVELS,
@@ -158,6 +169,12 @@ def fit_calibration(mean, std, s_noisy, noise_std: float, levels=NOMINAL_LEVELS,
       the per-level roots, each kept at 1 where 1 is not rejected at that level
       (advection-diffusion at σ = 0.01 with 4 chains: roots from 0.91 at 50% down to 0.52
       at 99%, and their median 0.81 covers within two points of nominal at every level).
+    * a trusted band whose held-out error does not follow its spread from point to point
+      (:func:`spread_check` above SPREAD_Z: four chains after 600-2000 epochs, whose spread
+      dips where they happen to agree) is fitted as the next item fits one chain's. There the
+      likelihood of the noisy targets had put k at 0.74-0.98 and "resolved" it, where the
+      held-out functions' clean targets wanted 1.31-1.59; level by level, the test coverage at
+      95% went from 79-87% to 92-97%.
     * otherwise (one chain, MC dropout: local spreads, whose raw 95% band covered 8-60% on
       the paper grid): k_α from the second moment of :func:`moment_scale`, and each level
       its own k_α, fitted on residuals averaged over 5 grid neighbours (the noise's
@@ -170,6 +187,9 @@ def fit_calibration(mean, std, s_noisy, noise_std: float, levels=NOMINAL_LEVELS,
     checked = len(r) >= MIN_CHECK
     likelihood = scale_likelihood(s - mean, std, noise_std, dof) if checked else None
     consistent = consistent_scales(r, std, noise_std, levels, dof) if checked else None
+    spread_z = spread_check(s - mean, std, y) if checked and trust_band else None
+    if spread_z is not None and spread_z > SPREAD_Z:
+        trust_band = False  # the error does not follow the band's spread: level by level
     if trust_band and likelihood is not None and consistent != ():
         # the held-out functions' estimate where they pin the scale down; else the band stands
         k = likelihood[0] if pins_down(likelihood[1]) else 1.0
@@ -206,7 +226,7 @@ def fit_calibration(mean, std, s_noisy, noise_std: float, levels=NOMINAL_LEVELS,
     quantiles = np.asarray(quantiles)
     quantiles[order] = np.maximum.accumulate(quantiles[order])
     return Calibration(tuple(levels), scales, tuple(map(float, quantiles)), len(scores), consistent,
-                       likelihood)
+                       likelihood, spread_z)
 
 
 def conformal_rank(n: int, level: float, confidence: float = CONFORMAL_CONFIDENCE) -> int | None:
@@ -254,6 +274,39 @@ def tail_quantile(scores, level: float, confidence: float = CONFORMAL_CONFIDENCE
     return float(math.exp(x.mean() + c * sd + z * se))
 
 
+def spread_check(residual, std, y, groups: int = 3, lags: int = 3) -> float | None:
+    """Whether the held-out error follows the band's spread from point to point. For pairs
+    of points a few grid steps apart on a grid line, ``Σ r_p r_q / Σ std_p std_q`` (the
+    independent noise drops out of the products, a smooth error keeps its second moment)
+    among the pairs of the lowest third of spread, minus the same among the highest third,
+    over its standard error clustered by function: a z that is large where the error is
+    many times the spread where the spread is small and near it where it is large. That is
+    the band of a few chains whose spread dips wherever they happen to agree, while the
+    error does not dip there (measured: anti-derivative at σ = 0.01, 4 chains, 2000
+    epochs: the error 3.2 times the sd in the lowest fifth of the sd, 1.1 times in the
+    highest). The likelihood of noisy held-out targets then learns k from the high-spread
+    points alone, where the error stands out of the noise, and the coverage counts from
+    them too. None without grid lines or with fewer than MIN_CHECK functions."""
+    pairs = lag_pairs(y, lags) if y is not None else None
+    r, std = np.asarray(residual, dtype=np.float64), np.asarray(std, dtype=np.float64)
+    if pairs is None or len(r) < MIN_CHECK:
+        return None
+    prod = np.concatenate([r[:, i] * r[:, i + j] for i, j in pairs], axis=1)
+    spread = np.concatenate([std[:, i] * std[:, i + j] for i, j in pairs], axis=1)
+    edges = np.quantile(spread, np.linspace(0, 1, groups + 1)[1:-1])
+    group = np.searchsorted(edges, spread, side="right")
+    num = np.stack([np.where(group == g, prod, 0.0).sum(1) for g in (0, groups - 1)], axis=1)
+    den = np.stack([np.where(group == g, spread, 0.0).sum(1) for g in (0, groups - 1)], axis=1)
+    if np.any(den.sum(0) <= 0):
+        return None
+    ratio = num.sum(0) / den.sum(0)
+    # each function's influence on the two ratios (linearised), clustered by function
+    influence = (num - ratio * den) / den.sum(0) * len(r)
+    diff = influence[:, 0] - influence[:, 1]
+    se = diff.std(ddof=1) / np.sqrt(len(r))
+    return float((ratio[0] - ratio[1]) / se) if se > 0 else None
+
+
 def consistent_scales(r, std, noise_std: float, levels=NOMINAL_LEVELS, dof=None,
                       grid=SCALE_GRID) -> tuple[float, ...]:
     """``(k_low, k_high)``: the range of scales k of the raw band whose held-out observation
@@ -285,6 +338,11 @@ def check_message(check: dict) -> str:
     """One line on what the held-out functions could check of a run's band
     (``metrics["calibration_check"]``, see :func:`consistent_scales`)."""
     k, n = check["consistent"], check["n_functions"]
+    z = check.get("spread_z")
+    if z is not None and z > SPREAD_Z:
+        return (f"the {n} held-out functions' error does not follow the band's spread from "
+                f"point to point (z = {z:.1f}: relative to the spread it is larger where the "
+                "chains agree), so the calibrated band is fitted level by level")
     shape = ("no single scale of the raw band covers the held-out functions at every level: "
              "its shape is off")
     lik = check.get("scale_interval")

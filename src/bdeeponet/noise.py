@@ -74,23 +74,36 @@ def line_windows(y, half: int = 2) -> np.ndarray | None:
     return centres if centres.size else None
 
 
+def lag_pairs(y, lags: int = 3) -> list[tuple[np.ndarray, int]] | None:
+    """``(idx, j)`` for j = 1..``lags``: the points p (idx) whose partner p + j lies j grid
+    steps further along the same grid line. None without neighbouring pairs."""
+    pairs = neighbour_pairs(y)
+    if pairs is None:
+        return None
+    n = np.asarray(y).shape[0]
+    step = np.zeros(n, dtype=bool)
+    step[pairs] = True  # p -> p+1 is one grid step along a line
+    out, run = [], step.copy()
+    for j in range(1, lags + 1):
+        if j > 1:  # p -> p+j stays on the line when the j single steps after p all do
+            run = run[:-1] & step[j - 1 :]
+        idx = np.nonzero(run[: n - j])[0]
+        if idx.size == 0:
+            break
+        out.append((idx, j))
+    return out
+
+
 def smooth_second_moment(r: np.ndarray, y, lags: int = 3) -> float | None:
     """``E[e_p e_{p+j}]``, j = 1..``lags`` grid steps apart along a grid line, from residuals
     ``r = e + ε`` (n, P): the independent noise ε drops out of the products' mean, a smooth
     error e keeps (nearly) its second moment, and several lags average more products.
     None without neighbouring pairs."""
-    pairs = neighbour_pairs(y)
+    pairs = lag_pairs(y, lags)
     if pairs is None:
         return None
-    step = np.zeros(r.shape[1], dtype=bool)
-    step[pairs] = True  # p -> p+1 is one grid step along a line
-    total, count, run = 0.0, 0, step.copy()
-    for j in range(1, lags + 1):
-        if j > 1:  # p -> p+j stays on the line when the j single steps after p all do
-            run = run[:-1] & step[j - 1 :]
-        idx = np.nonzero(run[: r.shape[1] - j])[0]
-        if idx.size == 0:
-            break
+    total, count = 0.0, 0
+    for idx, j in pairs:
         prod = r[:, idx] * r[:, idx + j]
         total, count = total + float(prod.sum()), count + prod.size
     return total / count

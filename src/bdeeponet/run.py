@@ -120,7 +120,8 @@ def test_metrics(mean, std, data: OperatorData, posterior, dof=None, seed: int =
         if check.consistent is not None:
             metrics["calibration_check"] = {"consistent": list(check.consistent),
                                             "resolved": check.resolved,
-                                            "n_functions": check.n_functions}
+                                            "n_functions": check.n_functions,
+                                            "spread_z": check.spread_z}
             if check.likelihood is not None:
                 metrics["calibration_check"].update(
                     scale=check.likelihood[0], scale_se=check.likelihood[1],
