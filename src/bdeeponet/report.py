@@ -110,7 +110,8 @@ def calibration_rows(records: dict) -> list[dict]:
 def _held_out_check(checks: list) -> dict:
     """What the held-out functions say of the raw band's scale: the likelihood's estimate and
     90% interval (median over seeds; for runs calibrated before it, the range of scales the
-    held-out coverages admit), and in how many seeds no single scale fit every level."""
+    held-out coverages admit), and in how many seeds no single scale fit every level or the
+    error did not follow the band's spread (:func:`~.calibration.spread_check`)."""
     found = [c for c in checks if c is not None]
     shape = sum(not c["consistent"] or (c.get("spread_z") or 0.0) > SPREAD_Z for c in found)
     lik = [(c["scale"], *c["scale_interval"]) for c in found if "scale_interval" in c]
