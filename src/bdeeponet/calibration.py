@@ -97,7 +97,7 @@ class Calibration:
     @property
     def spread_off(self) -> bool:
         """Whether the held-out error does not follow the band's spread (:func:`spread_check`)."""
-        return self.spread_z is not None and self.spread_z > SPREAD_Z
+        return spread_off(self.spread_z)
 
     def scale(self, level: float) -> float:
         """k at ``level`` (linear interpolation between the fitted levels, flat outside)."""
@@ -188,7 +188,7 @@ def fit_calibration(mean, std, s_noisy, noise_std: float, levels=NOMINAL_LEVELS,
     likelihood = scale_likelihood(s - mean, std, noise_std, dof) if checked else None
     consistent = consistent_scales(r, std, noise_std, levels, dof) if checked else None
     spread_z = spread_check(s - mean, std, y) if checked and trust_band else None
-    if spread_z is not None and spread_z > SPREAD_Z:
+    if spread_off(spread_z):
         trust_band = False  # the error does not follow the band's spread: level by level
     if trust_band and likelihood is not None and consistent != ():
         # the held-out functions' estimate where they pin the scale down; else the band stands
@@ -310,6 +310,12 @@ def spread_check(residual, std, y, groups: int = 3, lags: int = 3) -> float | No
     return float((ratio[0] - ratio[1]) / se) if se > 0 else None
 
 
+def spread_off(z: float | None) -> bool:
+    """Whether :func:`spread_check`'s ``z`` (None: not checked) says the held-out error does
+    not follow the band's spread."""
+    return z is not None and z > SPREAD_Z
+
+
 def consistent_scales(r, std, noise_std: float, levels=NOMINAL_LEVELS, dof=None,
                       grid=SCALE_GRID) -> tuple[float, ...]:
     """``(k_low, k_high)``: the range of scales k of the raw band whose held-out observation
@@ -342,7 +348,7 @@ def check_message(check: dict) -> str:
     (``metrics["calibration_check"]``, see :func:`consistent_scales`)."""
     k, n = check["consistent"], check["n_functions"]
     z = check.get("spread_z")
-    if z is not None and z > SPREAD_Z:
+    if spread_off(z):
         return (f"the {n} held-out functions' error does not follow the band's spread from "
                 f"point to point (z = {z:.1f}: relative to the spread it is larger where the "
                 "chains agree), so the calibrated band is fitted level by level")

@@ -61,17 +61,10 @@ def neighbour_pairs(y) -> np.ndarray | None:
 def line_windows(y, half: int = 2) -> np.ndarray | None:
     """Centres p of the windows p−half .. p+half that lie on one grid line (every step
     between them one grid step), or None without grid lines."""
-    pairs = neighbour_pairs(y)
-    if pairs is None:
+    pairs = lag_pairs(y, 2 * half)
+    if pairs is None or len(pairs) < 2 * half:
         return None
-    n = np.asarray(y).shape[0]
-    step = np.zeros(n, dtype=bool)
-    step[pairs] = True
-    ok = np.zeros(n, dtype=bool)
-    for p in range(half, n - half):
-        ok[p] = step[p - half : p + half].all()
-    centres = np.nonzero(ok)[0]
-    return centres if centres.size else None
+    return pairs[-1][0] + half  # a window starts 2·half steps along one line before p + half
 
 
 def lag_pairs(y, lags: int = 3) -> list[tuple[np.ndarray, int]] | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .calibration import SPREAD_Z
+from .calibration import spread_off
 from .grid import PAPER_ERRORS, PAPER_TIME_RATIO
 from .io import write_text
 from .plots import scenario_figures
@@ -113,7 +113,7 @@ def _held_out_check(checks: list) -> dict:
     held-out coverages admit), and in how many seeds no single scale fit every level or the
     error did not follow the band's spread (:func:`~.calibration.spread_check`)."""
     found = [c for c in checks if c is not None]
-    shape = sum(not c["consistent"] or (c.get("spread_z") or 0.0) > SPREAD_Z for c in found)
+    shape = sum(not c["consistent"] or spread_off(c.get("spread_z")) for c in found)
     lik = [(c["scale"], *c["scale_interval"]) for c in found if "scale_interval" in c]
     if lik:
         k, lo, hi = (float(np.median([x[i] for x in lik])) for i in range(3))
