@@ -125,5 +125,6 @@ def test_metrics(mean, std, data: OperatorData, posterior, dof=None, seed: int =
             if check.likelihood is not None:
                 metrics["calibration_check"].update(
                     scale=check.likelihood[0], scale_se=check.likelihood[1],
-                    scale_interval=list(check.interval))
+                    scale_interval=list(check.interval),
+                    functions_needed=check.functions_needed)
     return metrics
