@@ -277,6 +277,17 @@ def test_noise_dominated_one_chain_band_on_a_grid():
     assert abs(ctrl["0.5"] - 50) > abs(got["0.5"] - 50) + 3, (ctrl, got)
 
 
+def _ar1_errors(rng, n, p=50, k=1.5, rho=0.9):
+    """A spread ``std`` (n, p) and an error k·std·AR(1) along the p points (ρ = 0.9: a
+    function's points share its error, as on the grid)."""
+    std = 0.01 * rng.uniform(0.5, 1.5, size=(n, p))
+    z = np.empty((n, p))
+    z[:, 0] = rng.standard_normal(n)
+    for j in range(1, p):
+        z[:, j] = rho * z[:, j - 1] + np.sqrt(1 - rho**2) * rng.standard_normal(n)
+    return std, k * std * z
+
+
 @pytest.mark.parametrize("noise", [2.0, 1e-6])
 def test_the_likelihood_scale_and_its_standard_error_are_honest(noise):
     """200 draws of 40 held-out functions, each with an error k·std·AR(1) (ρ = 0.9 along the
@@ -290,12 +301,8 @@ def test_the_likelihood_scale_and_its_standard_error_are_honest(noise):
     sigma = noise * k * 0.01
     hits = naive = 0
     for _ in range(200):
-        std = 0.01 * rng.uniform(0.5, 1.5, size=(n, p))
-        z = np.empty((n, p))
-        z[:, 0] = rng.standard_normal(n)
-        for j in range(1, p):
-            z[:, j] = rho * z[:, j - 1] + np.sqrt(1 - rho**2) * rng.standard_normal(n)
-        r = k * std * z + sigma * rng.standard_normal((n, p))
+        std, e = _ar1_errors(rng, n, p, k, rho)
+        r = e + sigma * rng.standard_normal((n, p))
         k_hat, se = scale_likelihood(r, std, sigma)
         hits += abs(np.log(k_hat / k)) <= 1.645 * se
         if noise < 1:
@@ -366,17 +373,6 @@ def test_the_check_says_what_the_held_out_functions_could_tell():
     assert "does not follow the band's spread" in check_message(flagged)
     assert "(z = 4.1" in check_message(flagged)
     assert "put the raw band's scale" in check_message(check((0.58, 0.85), 0.74, 0.1, 1.4))
-
-
-def _ar1_errors(rng, n, p=50, k=1.5, rho=0.9):
-    """A spread ``std`` (n, p) and an error k·std·AR(1) along the p points (ρ = 0.9: a
-    function's points share its error, as on the grid)."""
-    std = 0.01 * rng.uniform(0.5, 1.5, size=(n, p))
-    z = np.empty((n, p))
-    z[:, 0] = rng.standard_normal(n)
-    for j in range(1, p):
-        z[:, j] = rho * z[:, j - 1] + np.sqrt(1 - rho**2) * rng.standard_normal(n)
-    return std, k * std * z
 
 
 @pytest.mark.slow
