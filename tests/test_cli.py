@@ -541,7 +541,8 @@ def test_every_option_has_help_and_its_default():
     for name, p, action in _options(parser):
         text = p.formatter_class("x")._get_help_string(action)
         assert action.help, (name, action.dest)
-        if action.default not in (None, False, []):
+        # by identity: a default of 0 (--seed) must show, though 0 == False
+        if action.default is not None and action.default is not False and action.default != []:
             assert "default" in text, (name, action.dest, text)
         for internal in ("DESIGN", "STYLE", "README", "issue"):
             assert internal not in text, (name, action.dest, text)

@@ -25,8 +25,9 @@ class _Help(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if "default" in text or action.default in (None, False, [], argparse.SUPPRESS) or \
-                not action.option_strings:
+        # by identity: 0 == False, and a default of 0 (--seed) is a default to show
+        if "default" in text or any(action.default is v for v in (None, False, argparse.SUPPRESS)) \
+                or action.default == [] or not action.option_strings:
             return text
         shown = " ".join(map(str, action.default)) if isinstance(action.default, list) \
             else action.default
