@@ -477,6 +477,37 @@ def test_calibrate_refits_a_finished_run(capsys, tmp_path, runs, data_file):
     assert_error(cli(capsys, "calibrate", plain, data_file), "calibration = 0")
 
 
+def test_calibrate_and_resume_refuse_another_data_file(capsys, tmp_path, runs, data_file):
+    """A file of the same shapes but other functions (data seed 1) would calibrate the run on
+    the wrong held-out functions: calibrate and train --resume refuse it with one line and
+    change nothing; runs written before the fingerprint are checked by the file's meta.
+    evaluate may score a run on any test set, and warns when it is another problem's."""
+    other = tmp_path / "other.npz"
+    assert cli(capsys, "generate", "antiderivative", "--noise", "0.01", "--out", other,
+               "--n-train", N_TRAIN, "--n-test", N_TEST, "--seed", "1")[0] == 0
+    run = tmp_path / "run"
+    shutil.copytree(runs("resgld"), run)
+    before = {name: (run / name).read_bytes() for name in ("posterior.pt", "metrics.json")}
+    assert_error(cli(capsys, "calibrate", run, other), "not the one the run was trained on")
+    assert_error(cli(capsys, "train", other, "--method", "resgld", "--out", run, "--resume",
+                     *TINY), "not the one the run was trained on")
+    assert before == {name: (run / name).read_bytes() for name in before}
+    # a run from before the fingerprint: the data files' meta (here: seed 0 against 1)
+    conf = json.loads((run / "config.json").read_text())
+    del conf["data_sha256"]
+    (run / "config.json").write_text(json.dumps(conf))
+    assert_error(cli(capsys, "calibrate", run, other), "not the one the run was trained on")
+    assert cli(capsys, "calibrate", run, data_file)[0] == 0
+    # evaluating on another problem's test set is allowed, with a warning
+    pend = tmp_path / "pend.npz"
+    assert cli(capsys, "generate", "pendulum", "--noise", "0.01", "--out", pend,
+               "--n-train", N_TRAIN, "--n-test", N_TEST)[0] == 0
+    rc, out, err = cli(capsys, "evaluate", run, pend)
+    assert rc == 0 and "e2" in json.loads(out)
+    assert "trained on antiderivative data" in err and "holds pendulum data" in err
+    assert "warning" not in cli(capsys, "evaluate", run, other)[2]
+
+
 def test_predict_at_new_query_points(capsys, tmp_path, runs, method, u_file):
     u = new_inputs(2)
     y = np.linspace(0.0, 1.0, 7)[:, None]

@@ -343,6 +343,10 @@ def cmd_evaluate(args) -> None:
 
     run = load_run(args.run)
     data = load(args.data)
+    trained = json.loads((run.path / "config.json").read_text()).get("data_meta", {}).get("problem")
+    if trained and data.meta.get("problem", trained) != trained:
+        print(f"warning: {args.run} was trained on {trained} data and {args.data} holds "
+              f"{data.meta['problem']} data", file=sys.stderr)
     print(json.dumps(evaluate(run, data, device=args.device), indent=2))
 
 

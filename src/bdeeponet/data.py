@@ -23,6 +23,7 @@ period in column j of ``y`` (see :attr:`OperatorData.periodic`).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import numbers
 import os
@@ -76,6 +77,17 @@ class OperatorData:
         """``(j, period)`` for each column j of ``y`` that ``meta["periodic"]`` declares
         periodic; empty when it declares none."""
         return tuple((int(j), float(period)) for j, period in self.meta.get("periodic", ()))
+
+    def training_fingerprint(self) -> str:
+        """SHA-256 of the training functions and query points (``u_train``, ``s_train``,
+        ``y`` as float64): what a run's held-out split is drawn from, so a run can tell the
+        data set it was trained on from another of the same shapes."""
+        digest = hashlib.sha256()
+        for key in ("u_train", "s_train", "y"):
+            a = np.ascontiguousarray(getattr(self, key), dtype=np.float64)
+            digest.update(repr(a.shape).encode())
+            digest.update(a.tobytes())
+        return digest.hexdigest()
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the ``.npz`` atomically."""

@@ -214,11 +214,14 @@ def train(
     device = resolve_device(device)
     sigma = resolve_noise_std(config, data)
     out = Path(out) if out is not None else None
+    if resume and out is not None:
+        check_resume(out, config, data)
+    fingerprint = data.training_fingerprint()  # of all the training functions, held-out ones too
     data, held_out = split_calibration(data, config)
     if config.method == "linear":
         if sigma is None:
             raise ValueError("the linear baseline needs a known noise level: pass --noise-std SD")
-        return _train_linear(data, config, sigma, out, held_out)
+        return _train_linear(data, config, sigma, out, held_out, fingerprint)
     run = setup(data, config, sigma, device)
     model, mconf, energy, sampler, gen = run.model, run.model_config, run.energy, run.sampler, run.generator
     u, s, y = run.u, run.s, run.y
@@ -227,15 +230,14 @@ def train(
     chains = run.chains
     loop = _Loop(run.init_state(), gen.get_state(), noise_std=energy.noise_std)
     ckpt = out / "checkpoint.pt" if out else None
-    if resume and out is not None:
-        check_resume(out, config)
     if resume and ckpt is not None and ckpt.exists():
         loop = _load_checkpoint(ckpt, device)
         gen.set_state(loop.generator_state)
         energy.noise_std = loop.noise_std
     elif out is not None:
         write_json(out / "config.json", {"train": config.to_dict(), "model": mconf.to_dict(),
-                                         "noise_std": sigma, "data_meta": data.meta})
+                                         "noise_std": sigma, "data_meta": data.meta,
+                                         "data_sha256": fingerprint})
 
     bar = Progress(config.epochs, enabled=progress, start=loop.epoch)
     while loop.epoch < config.epochs:
@@ -360,11 +362,12 @@ def _finish(loop, sampler, config, mconf, data, out, noise_std: float, held_out,
     return _write_run(out, RunResult(post, metrics, loop.history, timing), data)
 
 
-def _train_linear(data: OperatorData, config: TrainConfig, sigma: float, out, held_out) -> RunResult:
+def _train_linear(data: OperatorData, config: TrainConfig, sigma: float, out, held_out,
+                  fingerprint: str) -> RunResult:
     """The closed-form Bayesian linear-regression baseline (:mod:`.linear`)."""
     if out is not None:
         write_json(out / "config.json", {"train": config.to_dict(), "noise_std": sigma,
-                                         "data_meta": data.meta})
+                                         "data_meta": data.meta, "data_sha256": fingerprint})
     t0 = time.perf_counter()
     post = fit_linear(data.u_train, data.s_train, data.y, sigma, config.prior_std)
     seconds = time.perf_counter() - t0
@@ -419,13 +422,14 @@ def recalibrate(run_dir: str | Path, data: OperatorData) -> dict:
     from .run import load_run
 
     run = load_run(run_dir)
+    path = Path(run_dir)
+    check_same_data(json.loads((path / "config.json").read_text()), data, f"calibrate {path}")
     _, held_out = split_calibration(data, run.config)
     if held_out is None:
         raise ValueError(f"{run_dir} was trained without held-out functions (calibration = 0)")
     metrics = {**run.metrics, **_test_metrics(run.posterior, data, run.config.seed, held_out)}
     if run.config.method not in ("adam", "ensemble", "linear"):  # also for runs before R̂
         metrics.update(_prediction_diagnostics(run.posterior, data))
-    path = Path(run_dir)
     atomic_write(path / "posterior.pt", lambda fh: torch.save(run.posterior.state_dict(), fh))
     write_json(path / "metrics.json", metrics)
     return metrics
@@ -468,17 +472,37 @@ def write_history(path: Path, history: list[dict]) -> None:
     write_text(path, buf.getvalue())
 
 
-def check_resume(out: Path, config: TrainConfig) -> None:
-    """A resumed run must have the settings it was started with (config.json's)."""
+def check_resume(out: Path, config: TrainConfig, data: OperatorData | None = None) -> None:
+    """A resumed run must have the settings it was started with (config.json's), and the
+    same training data where ``data`` is given."""
     path = out / "config.json"
     if not path.exists():  # nothing to resume: a fresh run
         return
+    conf = json.loads(path.read_text())
     # (read through TrainConfig: a setting added since the run started takes its default)
-    saved = TrainConfig.from_dict(json.loads(path.read_text())["train"]).to_dict()
+    saved = TrainConfig.from_dict(conf["train"]).to_dict()
     now = config.to_dict()
     diff = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
     if diff:
         raise ValueError(f"resume: the settings differ from the saved run's ({', '.join(diff)})")
+    if data is not None:
+        check_same_data(conf, data, f"resume {out}")
+
+
+def check_same_data(conf: dict, data: OperatorData, action: str) -> None:
+    """``data`` must be the data set the run of config.json ``conf`` was trained on: its
+    training functions' fingerprint (:meth:`OperatorData.training_fingerprint`), or for
+    runs written before the fingerprint, the data file's ``meta``. A run's held-out split
+    is drawn from its training functions, so another file of the same shapes would
+    silently calibrate it on the wrong functions."""
+    want = conf.get("data_sha256")
+    if want is not None:
+        same = want == data.training_fingerprint()
+    else:
+        same = "data_meta" not in conf or conf["data_meta"] == data.meta
+    if not same:
+        raise ValueError(f"{action}: this data file is not the one the run was trained on "
+                         "(its training functions differ)")
 
 
 def _save_checkpoint(path: Path, loop: _Loop) -> None:
