@@ -130,3 +130,27 @@ def test_convergence_table_reads_the_runs_diagnostics():
     assert "| pendulum 0.01 | resgld | 1.300 | 1.500 | 10.0 | 20.0 | 30,000 | 0.60 |" in md
     assert "| pendulum 0.05 | resgld | 1.200 | 1.200 | 5.0 | 6.0 | – | – |" in md
     assert convergence_markdown([]) == ""
+
+
+def test_calibration_table_says_how_many_held_out_functions_would_pin_the_scale():
+    """The median over the seeds whose held-out functions could not pin the band's scale
+    down; a dash where every seed could."""
+    from bdeeponet.report import calibration_markdown, calibration_rows
+
+    cov = {part: {lev: 95.0 for lev in ("0.5", "0.8", "0.9", "0.95", "0.99")}
+           for part in ("pointwise", "function")}
+
+    def record(needed):
+        check = {"consistent": [0.5, 2.0], "resolved": needed is None, "n_functions": 100,
+                 "scale": 1.2, "scale_se": 0.3, "scale_interval": [0.7, 2.0],
+                 "functions_needed": needed}
+        return {"metrics": {"coverage": {"raw": cov, "calibrated": cov},
+                            "calibration_check": check}}
+
+    records = {("pendulum", 0.05, "resgld"): [record(500), record(None), record(1100)],
+               ("pendulum", 0.01, "resgld"): [record(None)]}
+    rows = calibration_rows(records)
+    assert rows[0]["functions_needed"] == 800 and np.isnan(rows[1]["functions_needed"])
+    table = calibration_markdown(rows, [])
+    assert "| to pin k |" in table
+    assert "| 1.2 (0.7–2) | 800 | 0 |" in table and "| 1.2 (0.7–2) | – | 0 |" in table

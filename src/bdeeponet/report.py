@@ -114,14 +114,17 @@ def _held_out_check(checks: list) -> dict:
     error did not follow the band's spread (:func:`~.calibration.spread_check`)."""
     found = [c for c in checks if c is not None]
     shape = sum(not c["consistent"] or spread_off(c.get("spread_z")) for c in found)
+    needed = [c["functions_needed"] for c in found if c.get("functions_needed")]
+    rest = {"shape_rejected": shape,
+            "functions_needed": float(np.median(needed)) if needed else float("nan")}
     lik = [(c["scale"], *c["scale_interval"]) for c in found if "scale_interval" in c]
     if lik:
         k, lo, hi = (float(np.median([x[i] for x in lik])) for i in range(3))
-        return {"k": k, "k_low": lo, "k_high": hi, "shape_rejected": shape}
+        return {"k": k, "k_low": lo, "k_high": hi, **rest}
     ranges = [c["consistent"] for c in found if c["consistent"]]
     lo, hi = (float(np.median([k[i] for k in ranges])) if ranges else float("nan")
               for i in (0, 1))
-    return {"k": float("nan"), "k_low": lo, "k_high": hi, "shape_rejected": shape}
+    return {"k": float("nan"), "k_low": lo, "k_high": hi, **rest}
 
 
 def swap_rows(records: dict) -> list[dict]:
@@ -203,18 +206,22 @@ def calibration_markdown(cal: list[dict], swaps: list[dict]) -> str:
                   "over seeds; a wide interval means the noise hides the error and no "
                   "calibration from those functions can correct the band; a range alone: "
                   "the scales their coverages admit, from runs calibrated before the "
-                  "likelihood); *shape*: seeds where no single scale covers every level, or "
+                  "likelihood); *to pin k*: roughly how many held-out functions would pin "
+                  "that scale down to a factor of 2 where these could not (median over those "
+                  "seeds); *shape*: seeds where no single scale covers every level, or "
                   "where the held-out error does not follow the band's spread from point to "
                   "point (the band is then fitted level by level).", ""]
         head = ["scenario", "method", *(f"raw {v}" for v in CAL_LEVELS),
                 *(f"cal. {v}" for v in CAL_LEVELS), *(f"function {v}" for v in CAL_LEVELS),
-                "held-out k", "shape"]
+                "held-out k", "to pin k", "shape"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in cal:
             cells = [f"{r[f'{k}_{v}']:.1f}" for k in ("raw", "cal", "func") for v in CAL_LEVELS]
             k, lo, hi = (r.get(x, float("nan")) for x in ("k", "k_low", "k_high"))
             span = f"{lo:.2g}–{hi:.2g}" if np.isfinite(lo) else "–"
             cells.append(f"{k:.2g} ({span})" if np.isfinite(k) else span)
+            need = r.get("functions_needed", float("nan"))
+            cells.append(f"{need:,.0f}" if np.isfinite(need) else "–")
             cells.append(str(r.get("shape_rejected", 0)))
             lines.append(f"| {r['problem']} {r['noise']:g} | {r['method']} | " + " | ".join(cells) + " |")
         lines.append("")
