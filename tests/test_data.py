@@ -385,3 +385,20 @@ def test_generate_relative_noise():
     assert d.meta["noise_relative"] == 0.05 and d.meta["noise_std"] == d.noise_std
     sd = (d.s_train - d.s_train_clean).std()
     assert abs(sd / d.noise_std - 1) < 4 / np.sqrt(2 * d.s_train.size)  # 4 standard errors
+
+
+def test_the_training_fingerprint_follows_the_training_functions_only(tmp_path):
+    """The same data read back gives the same fingerprint; one training value changed
+    changes it; the test set does not enter it (a run is checked against the functions its
+    held-out split is drawn from)."""
+    data = generate(get_problem("antiderivative"), 0.01, np.random.default_rng(0), n_train=8,
+                    n_test=2)
+    data.save(tmp_path / "d.npz")
+    fingerprint = data.training_fingerprint()
+    assert load(tmp_path / "d.npz").training_fingerprint() == fingerprint
+    s = data.s_train.copy()
+    s[3, 7] += 1e-12
+    other = OperatorData(data.u_train, s, data.u_test, data.s_test, data.y, meta=data.meta)
+    assert other.training_fingerprint() != fingerprint
+    test_moved = OperatorData(data.u_train, data.s_train, data.u_test, data.s_test + 1.0, data.y)
+    assert test_moved.training_fingerprint() == fingerprint
