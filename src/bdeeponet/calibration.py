@@ -152,9 +152,8 @@ class Calibration:
         of it in 79% of draws, and fell short by more than 2x in 12%. None where the scale
         is pinned down, not checked, or its likelihood flat, and where the shape is off
         (more functions would not mend it)."""
-        if self.likelihood is None or self.resolved is not False or self.spread_off:
-            return None
-        if not self.consistent or not math.isfinite(self.likelihood[1]):
+        if (self.likelihood is None or self.resolved is not False or self.spread_off
+                or not self.consistent or not math.isfinite(self.likelihood[1])):
             return None
         return math.ceil(self.n_functions * (self.likelihood[1] / _pinning_se()) ** 2)
 
