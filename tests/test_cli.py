@@ -657,3 +657,9 @@ def test_import_bad_input_writes_nothing(capsys, tmp_path, extra, words):
     assert_error(cli(capsys, "import", tmp_path / "f.mat", *extra, "--out", tmp_path / "o.npz"),
                  *words)
     assert not (tmp_path / "o.npz").exists()
+
+
+def test_reproduce_refuses_a_bad_network_size_before_any_work(capsys, tmp_path):
+    assert_error(cli(capsys, "reproduce", "--out", tmp_path / "grid", "--width", "0",
+                     "--epochs", "2", "--device", "cpu"), "width must be an integer >= 1")
+    assert not (tmp_path / "grid").exists()

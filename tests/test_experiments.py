@@ -64,6 +64,7 @@ def test_reproduce_writes_tables_figures_and_a_self_contained_report(grid):
     assert html.count("data:image/png;base64,") == 4  # convergence, bands, time, calibration
     assert "src=\"http" not in html
     assert "8 finished of 8, 8 trained by this invocation" in html
+    assert "width 64, depth 2, latent 64" in html  # the network's size, here the default
 
 
 def test_rerun_skips_finished_runs_and_redoes_an_interrupted_one(grid):
@@ -98,6 +99,36 @@ def test_ray_executor_gives_the_local_numbers(grid, tmp_path):
 def test_runs_of_another_length_are_not_reused():
     a, b = Job("pendulum", 0.01, "adam", 0, 100), Job("pendulum", 0.01, "adam", 0, 200)
     assert a.run_dir(Path("x")) != b.run_dir(Path("x"))
+
+
+def test_network_size_reaches_every_run_but_the_linear_fit_and_names_it(tmp_path):
+    from bdeeponet.experiments import run_job
+
+    scen = scenarios(["antiderivative"], [0.05])
+    jobs = make_jobs(scen, ["adam", "linear"], [0], 2, model={"width": 8, "latent": 4,
+                                                            "depth": None})
+    adam, linear = jobs
+    assert (adam.width, adam.depth, adam.latent) == (8, None, 4)
+    assert adam.run_dir(tmp_path).name == "adam-2ep-width8-latent4-seed0"
+    assert linear.model_size() == {} and linear.run_dir(tmp_path).name == "linear-2ep-seed0"
+    default = make_jobs(scen, ["adam"], [0], 2)[0]
+    assert default.run_dir(tmp_path) != adam.run_dir(tmp_path)  # never reused for another size
+    ensure_data(tmp_path, scen)
+    run_job(str(tmp_path), {**adam.__dict__})
+    config = json.loads((adam.run_dir(tmp_path) / "config.json").read_text())
+    assert (config["train"]["width"], config["train"]["depth"], config["train"]["latent"]) == (8, 2, 4)
+    from bdeeponet.report import _network_sizes
+    assert _network_sizes(jobs) == "width 8, depth 2, latent 4"
+
+
+@pytest.mark.parametrize("model,match", [
+    ({"width": 0}, "width must be an integer >= 1, got 0"),
+    ({"latent": 2.5}, "latent must be an integer >= 1"),
+    ({"heads": 2}, "unknown network size 'heads'"),
+])
+def test_bad_network_size_is_refused(model, match):
+    with pytest.raises(ValueError, match=match):
+        make_jobs(scenarios(["pendulum"]), ["adam"], [0], 10, model=model)
 
 
 def test_longest_runs_are_scheduled_first(tmp_path):

@@ -157,6 +157,7 @@ def _add_reproduce(sub):
     p.add_argument("--chains", type=int, help="chains per sampler run, members per ensemble "
                    "(default: 1; ensemble 8)")
     p.add_argument("--epochs", type=int, default=8000, help="epochs of every run")
+    _model_size_options(p)
     p.add_argument("--seeds", nargs="+", type=int, default=[0], help="training seeds")
     p.add_argument("--workers", type=int, default=2, help="local processes (one torch thread each)")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
@@ -164,6 +165,18 @@ def _add_reproduce(sub):
     p.add_argument("--ray-address", help="address of a running Ray cluster (default: start one)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     _device_option(p)
+
+
+def _model_size_options(p) -> None:
+    """--width, --depth and --latent with TrainConfig's help lines and defaults."""
+    from dataclasses import fields
+
+    from .config import TrainConfig
+
+    for f in fields(TrainConfig):
+        if f.name in ("width", "depth", "latent"):
+            p.add_argument(f"--{f.name}", type=int,
+                           help=f"{f.metadata['help']} of every network (default: {f.default})")
 
 
 def _add_import(sub):
@@ -365,7 +378,8 @@ def cmd_reproduce(args) -> None:
 
     report = reproduce(args.out, args.problems, args.noises, args.methods, args.epochs, args.seeds,
                        args.workers, args.executor, not args.quiet, args.ray_address,
-                       args.device, args.chains)
+                       args.device, args.chains,
+                       {"width": args.width, "depth": args.depth, "latent": args.latent})
     print((Path(args.out) / "results.md").read_text())
     print(f"report: {report} (tables: results.md, results.csv, time_ratio.csv; figures/)")
 

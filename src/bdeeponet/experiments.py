@@ -59,9 +59,11 @@ def scenarios(problems=None, noises=None) -> list[tuple[str, float]]:
     return chosen
 
 
-def make_jobs(scen, methods, seeds, epochs, chains: int | None = None) -> list[Job]:
+def make_jobs(scen, methods, seeds, epochs, chains: int | None = None,
+              model: dict | None = None) -> list[Job]:
     """Every scenario × method × seed; ``chains`` applies to the samplers and the ensemble
-    (Adam and the linear baseline run one network)."""
+    (Adam and the linear baseline run one network), ``model`` (``width``, ``depth``,
+    ``latent``; the default sizes where absent) to every method but the linear baseline."""
     from .config import METHOD_NAMES
 
     for m in methods:
@@ -71,7 +73,14 @@ def make_jobs(scen, methods, seeds, epochs, chains: int | None = None) -> list[J
         raise ValueError(f"epochs must be >= 1, got {epochs}")
     if chains is not None and chains < 1:
         raise ValueError(f"chains must be >= 1, got {chains}")
-    return [Job(p, n, m, s, epochs, None if m in ("adam", "linear") else chains)
+    model = {k: v for k, v in (model or {}).items() if v is not None}
+    for k, v in model.items():
+        if k not in ("width", "depth", "latent"):
+            raise ValueError(f"unknown network size '{k}'; choose among width, depth, latent")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{k} must be an integer >= 1, got {v!r}")
+    return [Job(p, n, m, s, epochs, None if m in ("adam", "linear") else chains,
+                **({} if m == "linear" else model))
             for p, n in scen for m in methods for s in seeds]
 
 
@@ -122,7 +131,7 @@ def run_job(out: str, job: dict, device: str = "cpu") -> dict:
     if not (run_dir / "metrics.json").exists():
         data = load(data_path(out, job.problem, job.noise))
         config = TrainConfig(method=job.method, epochs=job.epochs, seed=job.seed,
-                             chains=job.chains)
+                             chains=job.chains, **job.model_size())
         train(data, config, run_dir, resume=True, device=device)
     return asdict(job)
 
@@ -204,16 +213,17 @@ def _execute_ray(out, todo, bar, address, device) -> None:
 
 def reproduce(out, problems=None, noises=None, methods=PAPER_METHODS, epochs=8000,
               seeds=(0,), workers=2, executor="local", progress=True,
-              ray_address=None, device="auto", chains=None) -> Path:
+              ray_address=None, device="auto", chains=None, model=None) -> Path:
     """The whole Section 5: data, runs (each on ``device``), then tables, figures and
-    ``report.html``. ``chains``: chains per sampler run (members per ensemble)."""
+    ``report.html``. ``chains``: chains per sampler run (members per ensemble); ``model``:
+    the network's ``width``, ``depth`` and ``latent`` where not the default."""
     from .device import resolve_device
     from .report import write_report
 
     device = str(resolve_device(device))  # a bad or missing device fails before any work
     out = Path(out)
     scen = scenarios(problems, noises)
-    jobs = make_jobs(scen, methods, seeds, epochs, chains)
+    jobs = make_jobs(scen, methods, seeds, epochs, chains, model)
     ensure_data(out, scen)
     t0 = time.perf_counter()
     n_trained = execute(out, jobs, workers, executor, progress, ray_address, device)

@@ -7,6 +7,7 @@ generated once; a job is one training run on it. Under an output folder ``OUT``:
     OUT/data/PROBLEM-NOISE.npz                           one data set per scenario
     OUT/runs/PROBLEM-NOISE/METHOD-EPOCHSep-seedS/        one run directory per job
     OUT/runs/PROBLEM-NOISE/METHOD-EPOCHSep-Cchains-seedS/  the same with C chains
+    OUT/runs/PROBLEM-NOISE/METHOD-EPOCHSep-width32-latent32-seedS/  a network of another size
 
 e.g. ``OUT/runs/pendulum-0.01/mresgld-8000ep-seed0/``. This module only names things;
 :mod:`.experiments` runs the grid and :mod:`.report` reads what it left behind.
@@ -67,15 +68,27 @@ class Job:
     seed: int
     epochs: int
     chains: int | None = None  # None: the method's default
+    # The network's size; None: TrainConfig's default (the linear baseline has no network).
+    width: int | None = None
+    depth: int | None = None
+    latent: int | None = None
+
+    def model_size(self) -> dict[str, int]:
+        """The network's size fields given for this job (TrainConfig's names)."""
+        return {k: v for k, v in (("width", self.width), ("depth", self.depth),
+                                  ("latent", self.latent)) if v is not None}
 
     @property
     def scenario(self) -> str:
         return scenario_name(self.problem, self.noise)
 
     def run_dir(self, out: Path) -> Path:
-        # The length is in the name: a rerun with other --epochs never reuses these runs.
+        # The length, chains and network size are in the name: a rerun with other values
+        # never reuses these runs.
         chains = "" if self.chains is None else f"-{self.chains}chains"
-        return out / "runs" / self.scenario / f"{self.method}-{self.epochs}ep{chains}-seed{self.seed}"
+        size = "".join(f"-{k}{v}" for k, v in self.model_size().items())
+        return (out / "runs" / self.scenario
+                / f"{self.method}-{self.epochs}ep{chains}{size}-seed{self.seed}")
 
 
 def scenario_name(problem: str, noise: float) -> str:

@@ -296,12 +296,26 @@ def write_report(out: Path, jobs, wall_seconds: float | None = None,
     info = _machine_info(methods, seeds, wall_seconds)
     step_seconds = sum(r["timing"]["sec_per_iter"] * r["timing"]["n_iters"]
                        for recs in records.values() for r in recs)
+    info["network"] = _network_sizes(jobs)
     info["runs"] = f"{sum(map(len, records.values()))} finished of {len(jobs)}"
     if n_trained is not None:
         info["runs"] += f", {n_trained} trained by this invocation (finished ones are skipped)"
     info["time spent in sampler steps, summed over the runs"] = f"{step_seconds / 60:.1f} min"
     write_text(out / "report.html", _html(md, figs, info))
     return out / "report.html"
+
+
+def _network_sizes(jobs) -> str:
+    """The DeepONets' width, depth and latent dimension over the jobs (e.g. ``width 32,
+    depth 2, latent 32``)."""
+    from .config import TrainConfig
+
+    base = TrainConfig()
+    sizes = dict.fromkeys(
+        ", ".join(f"{k} {j.model_size().get(k, getattr(base, k))}"
+                  for k in ("width", "depth", "latent"))
+        for j in jobs if j.method != "linear")
+    return "; ".join(sizes) or "none (linear baseline only)"
 
 
 def _machine_info(methods, seeds, wall_seconds) -> dict:
