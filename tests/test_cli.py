@@ -661,5 +661,5 @@ def test_import_bad_input_writes_nothing(capsys, tmp_path, extra, words):
 
 def test_reproduce_refuses_a_bad_network_size_before_any_work(capsys, tmp_path):
     assert_error(cli(capsys, "reproduce", "--out", tmp_path / "grid", "--width", "0",
-                     "--epochs", "2", "--device", "cpu"), "width must be an integer >= 1")
+                     "--epochs", "2", "--device", "cpu"), "width must be >= 1, got 0")
     assert not (tmp_path / "grid").exists()

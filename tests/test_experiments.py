@@ -102,7 +102,10 @@ def test_runs_of_another_length_are_not_reused():
 
 
 def test_network_size_reaches_every_run_but_the_linear_fit_and_names_it(tmp_path):
+    from dataclasses import asdict
+
     from bdeeponet.experiments import run_job
+    from bdeeponet.report import _network_sizes
 
     scen = scenarios(["antiderivative"], [0.05])
     jobs = make_jobs(scen, ["adam", "linear"], [0], 2, model={"width": 8, "latent": 4,
@@ -114,16 +117,17 @@ def test_network_size_reaches_every_run_but_the_linear_fit_and_names_it(tmp_path
     default = make_jobs(scen, ["adam"], [0], 2)[0]
     assert default.run_dir(tmp_path) != adam.run_dir(tmp_path)  # never reused for another size
     ensure_data(tmp_path, scen)
-    run_job(str(tmp_path), {**adam.__dict__})
+    # a size given at its default is the default grid's run
+    assert make_jobs(scen, ["adam"], [0], 2, model={"width": 64})[0] == default
+    run_job(str(tmp_path), asdict(adam))
     config = json.loads((adam.run_dir(tmp_path) / "config.json").read_text())
     assert (config["train"]["width"], config["train"]["depth"], config["train"]["latent"]) == (8, 2, 4)
-    from bdeeponet.report import _network_sizes
     assert _network_sizes(jobs) == "width 8, depth 2, latent 4"
 
 
 @pytest.mark.parametrize("model,match", [
-    ({"width": 0}, "width must be an integer >= 1, got 0"),
-    ({"latent": 2.5}, "latent must be an integer >= 1"),
+    ({"width": 0}, "width must be >= 1, got 0"),
+    ({"latent": 2.5}, "latent must be an integer, got 2.5"),
     ({"heads": 2}, "unknown network size 'heads'"),
 ])
 def test_bad_network_size_is_refused(model, match):

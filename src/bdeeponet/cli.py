@@ -172,9 +172,10 @@ def _model_size_options(p) -> None:
     from dataclasses import fields
 
     from .config import TrainConfig
+    from .grid import MODEL_SIZE
 
     for f in fields(TrainConfig):
-        if f.name in ("width", "depth", "latent"):
+        if f.name in MODEL_SIZE:
             p.add_argument(f"--{f.name}", type=int,
                            help=f"{f.metadata['help']} of every network (default: {f.default})")
 
@@ -374,12 +375,11 @@ def cmd_calibrate(args) -> None:
 
 
 def cmd_reproduce(args) -> None:
-    from .experiments import reproduce
+    from .experiments import MODEL_SIZE, reproduce
 
     report = reproduce(args.out, args.problems, args.noises, args.methods, args.epochs, args.seeds,
                        args.workers, args.executor, not args.quiet, args.ray_address,
-                       args.device, args.chains,
-                       {"width": args.width, "depth": args.depth, "latent": args.latent})
+                       args.device, args.chains, {k: getattr(args, k) for k in MODEL_SIZE})
     print((Path(args.out) / "results.md").read_text())
     print(f"report: {report} (tables: results.md, results.csv, time_ratio.csv; figures/)")
 

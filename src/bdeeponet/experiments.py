@@ -19,6 +19,7 @@ import numpy as np
 
 from .grid import (
     EXTRA_SCENARIOS,
+    MODEL_SIZE,
     PAPER_ERRORS,
     PAPER_METHODS,
     PAPER_SCENARIOS,
@@ -32,7 +33,7 @@ from .progress import Progress
 
 # The grid's tables and paths live in .grid; they stay importable from here.
 __all__ = [
-    "EXTRA_SCENARIOS", "PAPER_ERRORS", "PAPER_METHODS", "PAPER_SCENARIOS", "PAPER_TIME_RATIO",
+    "EXTRA_SCENARIOS", "MODEL_SIZE", "PAPER_ERRORS", "PAPER_METHODS", "PAPER_SCENARIOS", "PAPER_TIME_RATIO",
     "RELATIVE_NOISE", "STEP_COST", "Job", "data_path", "ensure_data", "execute", "expected_cost",
     "make_jobs", "reproduce", "run_job", "scenario_name", "scenarios",
 ]
@@ -64,7 +65,7 @@ def make_jobs(scen, methods, seeds, epochs, chains: int | None = None,
     """Every scenario × method × seed; ``chains`` applies to the samplers and the ensemble
     (Adam and the linear baseline run one network), ``model`` (``width``, ``depth``,
     ``latent``; the default sizes where absent) to every method but the linear baseline."""
-    from .config import METHOD_NAMES
+    from .config import METHOD_NAMES, TrainConfig
 
     for m in methods:
         if m not in METHOD_NAMES:
@@ -75,10 +76,13 @@ def make_jobs(scen, methods, seeds, epochs, chains: int | None = None,
         raise ValueError(f"chains must be >= 1, got {chains}")
     model = {k: v for k, v in (model or {}).items() if v is not None}
     for k, v in model.items():
-        if k not in ("width", "depth", "latent"):
-            raise ValueError(f"unknown network size '{k}'; choose among width, depth, latent")
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{k} must be an integer >= 1, got {v!r}")
+        if k not in MODEL_SIZE:
+            raise ValueError(f"unknown network size '{k}'; choose among {', '.join(MODEL_SIZE)}")
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"{k} must be an integer, got {v!r}")
+    TrainConfig(**model)  # its own checks (>= 1)
+    # A size given at its default names no run apart: those runs are the default grid's.
+    model = {k: v for k, v in model.items() if v != getattr(TrainConfig, k)}
     return [Job(p, n, m, s, epochs, None if m in ("adam", "linear") else chains,
                 **({} if m == "linear" else model))
             for p, n in scen for m in methods for s in seeds]

@@ -58,6 +58,10 @@ PAPER_TIME_RATIO = {
 }
 
 
+# The TrainConfig fields that size the network, settable per grid (``reproduce --width``).
+MODEL_SIZE = ("width", "depth", "latent")
+
+
 @dataclass(frozen=True)
 class Job:
     """One training run of the grid."""
@@ -75,8 +79,7 @@ class Job:
 
     def model_size(self) -> dict[str, int]:
         """The network's size fields given for this job (TrainConfig's names)."""
-        return {k: v for k, v in (("width", self.width), ("depth", self.depth),
-                                  ("latent", self.latent)) if v is not None}
+        return {k: getattr(self, k) for k in MODEL_SIZE if getattr(self, k) is not None}
 
     @property
     def scenario(self) -> str:

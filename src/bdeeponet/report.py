@@ -309,11 +309,10 @@ def _network_sizes(jobs) -> str:
     """The DeepONets' width, depth and latent dimension over the jobs (e.g. ``width 32,
     depth 2, latent 32``)."""
     from .config import TrainConfig
+    from .grid import MODEL_SIZE
 
-    base = TrainConfig()
     sizes = dict.fromkeys(
-        ", ".join(f"{k} {j.model_size().get(k, getattr(base, k))}"
-                  for k in ("width", "depth", "latent"))
+        ", ".join(f"{k} {j.model_size().get(k, getattr(TrainConfig, k))}" for k in MODEL_SIZE)
         for j in jobs if j.method != "linear")
     return "; ".join(sizes) or "none (linear baseline only)"
 
