@@ -65,6 +65,7 @@ def test_reproduce_writes_tables_figures_and_a_self_contained_report(grid):
     assert "src=\"http" not in html
     assert "8 finished of 8, 8 trained by this invocation" in html
     assert "width 64, depth 2, latent 64" in html  # the network's size, here the default
+    assert md.startswith("Network: width 64, depth 2, latent 64.")
 
 
 def test_rerun_skips_finished_runs_and_redoes_an_interrupted_one(grid):
@@ -118,7 +119,9 @@ def test_network_size_reaches_every_run_but_the_linear_fit_and_names_it(tmp_path
     assert default.run_dir(tmp_path) != adam.run_dir(tmp_path)  # never reused for another size
     ensure_data(tmp_path, scen)
     # a size given at its default is the default grid's run
-    assert make_jobs(scen, ["adam"], [0], 2, model={"width": 64})[0] == default
+    at_default = make_jobs(scen, ["adam"], [0], 2, model={"width": np.int64(64)})[0]
+    assert at_default.run_dir(tmp_path) == default.run_dir(tmp_path)
+    assert at_default.network() == default.network() == {"width": 64, "depth": 2, "latent": 64}
     run_job(str(tmp_path), asdict(adam))
     config = json.loads((adam.run_dir(tmp_path) / "config.json").read_text())
     assert (config["train"]["width"], config["train"]["depth"], config["train"]["latent"]) == (8, 2, 4)
@@ -129,6 +132,8 @@ def test_network_size_reaches_every_run_but_the_linear_fit_and_names_it(tmp_path
     ({"width": 0}, "width must be >= 1, got 0"),
     ({"latent": 2.5}, "latent must be an integer, got 2.5"),
     ({"heads": 2}, "unknown network size 'heads'"),
+    ({"heads": None}, "unknown network size 'heads'"),
+    ({"depth": True}, "depth must be an integer, got True"),
 ])
 def test_bad_network_size_is_refused(model, match):
     with pytest.raises(ValueError, match=match):

@@ -76,15 +76,19 @@ def _device_option(p) -> None:
                    help="where to compute; auto: a CUDA GPU when torch sees one, else the CPU")
 
 
-def config_options(parser) -> None:
-    """One ``--flag`` per :class:`TrainConfig` field, its help line and default taken from the
-    field. Flags default to None, so only the ones given override a ``--config`` file."""
+def config_options(parser, only=None,
+                   title: str = "training configuration (also the keys of --config)") -> None:
+    """One ``--flag`` per :class:`TrainConfig` field (or per field named in ``only``), its help
+    line and default taken from the field. Flags default to None, so only the ones given
+    override a ``--config`` file (or the defaults)."""
     from dataclasses import MISSING, fields
 
     from .config import TrainConfig
 
-    group = parser.add_argument_group("training configuration (also the keys of --config)")
+    group = parser.add_argument_group(title)
     for f in fields(TrainConfig):
+        if only is not None and f.name not in only:
+            continue
         meta, flag = f.metadata, "--" + f.name.replace("_", "-")
         text = meta["help"] if f.default in (None, MISSING) else f"{meta['help']} (default: {f.default})"
         text = text.replace("%", "%%")
@@ -157,7 +161,6 @@ def _add_reproduce(sub):
     p.add_argument("--chains", type=int, help="chains per sampler run, members per ensemble "
                    "(default: 1; ensemble 8)")
     p.add_argument("--epochs", type=int, default=8000, help="epochs of every run")
-    _model_size_options(p)
     p.add_argument("--seeds", nargs="+", type=int, default=[0], help="training seeds")
     p.add_argument("--workers", type=int, default=2, help="local processes (one torch thread each)")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
@@ -165,19 +168,9 @@ def _add_reproduce(sub):
     p.add_argument("--ray-address", help="address of a running Ray cluster (default: start one)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     _device_option(p)
-
-
-def _model_size_options(p) -> None:
-    """--width, --depth and --latent with TrainConfig's help lines and defaults."""
-    from dataclasses import fields
-
-    from .config import TrainConfig
     from .grid import MODEL_SIZE
 
-    for f in fields(TrainConfig):
-        if f.name in MODEL_SIZE:
-            p.add_argument(f"--{f.name}", type=int,
-                           help=f"{f.metadata['help']} of every network (default: {f.default})")
+    config_options(p, only=MODEL_SIZE, title="network of every run but the linear baseline")
 
 
 def _add_import(sub):

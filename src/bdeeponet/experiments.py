@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing as mp
+import numbers
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -74,15 +75,14 @@ def make_jobs(scen, methods, seeds, epochs, chains: int | None = None,
         raise ValueError(f"epochs must be >= 1, got {epochs}")
     if chains is not None and chains < 1:
         raise ValueError(f"chains must be >= 1, got {chains}")
-    model = {k: v for k, v in (model or {}).items() if v is not None}
+    model = dict(model or {})
     for k, v in model.items():
         if k not in MODEL_SIZE:
             raise ValueError(f"unknown network size '{k}'; choose among {', '.join(MODEL_SIZE)}")
-        if isinstance(v, bool) or not isinstance(v, int):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
             raise ValueError(f"{k} must be an integer, got {v!r}")
+    model = {k: int(v) for k, v in model.items() if v is not None}
     TrainConfig(**model)  # its own checks (>= 1)
-    # A size given at its default names no run apart: those runs are the default grid's.
-    model = {k: v for k, v in model.items() if v != getattr(TrainConfig, k)}
     return [Job(p, n, m, s, epochs, None if m in ("adam", "linear") else chains,
                 **({} if m == "linear" else model))
             for p, n in scen for m in methods for s in seeds]

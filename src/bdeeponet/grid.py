@@ -77,9 +77,19 @@ class Job:
     depth: int | None = None
     latent: int | None = None
 
+    def network(self) -> dict[str, int]:
+        """The network's width, depth and latent dimension, TrainConfig's defaults filled in."""
+        from .config import TrainConfig
+
+        return {k: getattr(TrainConfig if getattr(self, k) is None else self, k)
+                for k in MODEL_SIZE}
+
     def model_size(self) -> dict[str, int]:
-        """The network's size fields given for this job (TrainConfig's names)."""
-        return {k: getattr(self, k) for k in MODEL_SIZE if getattr(self, k) is not None}
+        """The sizes that differ from TrainConfig's defaults: what names the run apart (a
+        size given at its default is the default run)."""
+        from .config import TrainConfig
+
+        return {k: v for k, v in self.network().items() if v != getattr(TrainConfig, k)}
 
     @property
     def scenario(self) -> str:

@@ -289,14 +289,15 @@ def write_report(out: Path, jobs, wall_seconds: float | None = None,
     _write_csv(out / "swaps.csv", swaps)
     if conv:
         _write_csv(out / "convergence.csv", conv)
-    md = (markdown_tables(rows, ratios) + "\n" + calibration_markdown(cal, swaps) + "\n"
-          + convergence_markdown(conv))
+    network = _network_sizes(jobs)
+    md = (f"Network: {network}.\n\n" + markdown_tables(rows, ratios) + "\n"
+          + calibration_markdown(cal, swaps) + "\n" + convergence_markdown(conv))
     write_text(out / "results.md", md)
     figs = [f for p, n in scen for f in scenario_figures(out, p, n, records, methods)]
     info = _machine_info(methods, seeds, wall_seconds)
     step_seconds = sum(r["timing"]["sec_per_iter"] * r["timing"]["n_iters"]
                        for recs in records.values() for r in recs)
-    info["network"] = _network_sizes(jobs)
+    info["network"] = network
     info["runs"] = f"{sum(map(len, records.values()))} finished of {len(jobs)}"
     if n_trained is not None:
         info["runs"] += f", {n_trained} trained by this invocation (finished ones are skipped)"
@@ -308,12 +309,8 @@ def write_report(out: Path, jobs, wall_seconds: float | None = None,
 def _network_sizes(jobs) -> str:
     """The DeepONets' width, depth and latent dimension over the jobs (e.g. ``width 32,
     depth 2, latent 32``)."""
-    from .config import TrainConfig
-    from .grid import MODEL_SIZE
-
-    sizes = dict.fromkeys(
-        ", ".join(f"{k} {j.model_size().get(k, getattr(TrainConfig, k))}" for k in MODEL_SIZE)
-        for j in jobs if j.method != "linear")
+    sizes = dict.fromkeys(", ".join(f"{k} {v}" for k, v in j.network().items())
+                          for j in jobs if j.method != "linear")
     return "; ".join(sizes) or "none (linear baseline only)"
 
 
