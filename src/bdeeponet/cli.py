@@ -350,7 +350,7 @@ def cmd_evaluate(args) -> None:
 
     run = load_run(args.run)
     data = load(args.data)
-    trained = json.loads((run.path / "config.json").read_text()).get("data_meta", {}).get("problem")
+    trained = run.saved.get("data_meta", {}).get("problem")
     if trained and data.meta.get("problem", trained) != trained:
         print(f"warning: {args.run} was trained on {trained} data and {args.data} holds "
               f"{data.meta['problem']} data", file=sys.stderr)
@@ -368,7 +368,8 @@ def cmd_calibrate(args) -> None:
 
 
 def cmd_reproduce(args) -> None:
-    from .experiments import MODEL_SIZE, reproduce
+    from .experiments import reproduce
+    from .grid import MODEL_SIZE
 
     report = reproduce(args.out, args.problems, args.noises, args.methods, args.epochs, args.seeds,
                        args.workers, args.executor, not args.quiet, args.ray_address,

@@ -34,7 +34,7 @@ from .progress import Progress
 
 # The grid's tables and paths live in .grid; they stay importable from here.
 __all__ = [
-    "EXTRA_SCENARIOS", "MODEL_SIZE", "PAPER_ERRORS", "PAPER_METHODS", "PAPER_SCENARIOS", "PAPER_TIME_RATIO",
+    "EXTRA_SCENARIOS", "PAPER_ERRORS", "PAPER_METHODS", "PAPER_SCENARIOS", "PAPER_TIME_RATIO",
     "RELATIVE_NOISE", "STEP_COST", "Job", "data_path", "ensure_data", "execute", "expected_cost",
     "make_jobs", "reproduce", "run_job", "scenario_name", "scenarios",
 ]

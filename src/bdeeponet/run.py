@@ -28,6 +28,7 @@ class Run:
     config: TrainConfig
     posterior: Posterior | LinearPosterior
     metrics: dict
+    saved: dict  # config.json as written by train (settings, data meta and fingerprint)
 
     @property
     def n_sensors(self) -> int:
@@ -55,7 +56,7 @@ def load_run(path: str | Path) -> Run:
         metrics = json.loads((path / "metrics.json").read_text())
     except (OSError, KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise RunError(f"{path} is not a readable run directory ({exc})") from None
-    return Run(path, config, posterior, metrics)
+    return Run(path, config, posterior, metrics, conf)
 
 
 def predict(run: Run, u, y, level: float = 0.95, function_level: float = 0.95,

@@ -423,7 +423,7 @@ def recalibrate(run_dir: str | Path, data: OperatorData) -> dict:
 
     run = load_run(run_dir)
     path = Path(run_dir)
-    check_same_data(json.loads((path / "config.json").read_text()), data, f"calibrate {path}")
+    check_same_data(run.saved, data, f"calibrate {path}")
     _, held_out = split_calibration(data, run.config)
     if held_out is None:
         raise ValueError(f"{run_dir} was trained without held-out functions (calibration = 0)")
