@@ -20,12 +20,13 @@ import sys
 import numpy as np
 import torch
 
-from bdeeponet.calibration import predictive_quantile
+from bdeeponet.calibration import Calibration, coverage_table, predictive_quantile
 from bdeeponet.data import load
+from bdeeponet.metrics import NOMINAL_LEVELS
 from bdeeponet.run import load_run
 from bdeeponet.train import split_calibration, train
 
-LEVELS = (0.5, 0.8, 0.9, 0.95, 0.99)
+LEVELS = NOMINAL_LEVELS  # 50, 80, 90, 95, 99%
 WORLDS = ((1000, 12345), (2000, 67890))  # (seed offset of the training, seed of the noise)
 
 
@@ -36,9 +37,11 @@ def scales(truth, pred) -> list[float]:
                                        * pred["std"].numpy()), level)) for level in LEVELS]
 
 
-def coverage(err, pred, ks) -> list[float]:
-    return [100 * float(np.mean(np.abs(err) <= k * predictive_quantile(level, pred["dof"].numpy())
-                                * pred["std"].numpy())) for k, level in zip(ks, LEVELS, strict=True)]
+def coverage(truth, pred, ks) -> list[float]:
+    """Pointwise coverage (%) of ``truth`` by the band scaled by ``ks`` (one k per level)."""
+    table = coverage_table(pred["mean"].numpy(), pred["std"].numpy(), truth, 0.0,
+                           Calibration(LEVELS, tuple(ks)), LEVELS, pred["dof"].numpy())
+    return list(table["pointwise"].values())
 
 
 def within(cov) -> bool:
@@ -67,8 +70,7 @@ def main() -> None:
     k1, k2 = ks
     corrected = [a * a / b for a, b in zip(k1, k2, strict=True)]
     test = run.posterior.predict(data.u_test, data.y)
-    err = data.s_test - test["mean"].numpy()
-    raw, boot = coverage(err, test, [1.0] * len(LEVELS)), coverage(err, test, corrected)
+    raw, boot = coverage(data.s_test, test, [1.0] * len(LEVELS)), coverage(data.s_test, test, corrected)
     row = {"run": run_dir, "k_test": scales(data.s_test, test), "k1": k1, "k2": k2,
            "corrected": corrected, "coverage_raw": raw, "coverage_bootstrap": boot,
            "within": within(boot), "e2_worlds": errors}

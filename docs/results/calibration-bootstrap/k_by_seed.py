@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
 import torch
+from bootstrap import LEVELS, scales  # this folder's script
 
-from bdeeponet.calibration import predictive_quantile
 from bdeeponet.data import load
 from bdeeponet.run import load_run
 
@@ -25,7 +24,6 @@ SCENARIOS = ("antiderivative-0.01", "antiderivative-0.05", "pendulum-0.01", "pen
 def main() -> None:
     torch.set_num_threads(1)
     g0, g1, g2, gm = sys.argv[1:5]
-    q = predictive_quantile
     for sc in SCENARIOS:
         data = load(f"{g0}/data/{sc}.npz")
         for method, grids in (("resgld", (g0, g1, g2)), ("mresgld", (g0, gm, gm))):
@@ -33,9 +31,7 @@ def main() -> None:
             for seed, grid in enumerate(grids):
                 run = load_run(f"{grid}/runs/{sc}/{method}-4000ep-4chains-seed{seed}")
                 test = run.posterior.predict(data.u_test, data.y)
-                ratio = np.abs(data.s_test - test["mean"].numpy()) / (
-                    q(0.95, test["dof"].numpy()) * test["std"].numpy())
-                ks.append(float(np.quantile(ratio, 0.95)))
+                ks.append(scales(data.s_test, test)[LEVELS.index(0.95)])
             print(f"{sc:26s} {method:8s} k95 wanted by the test set, seeds 0/1/2: "
                   + "/".join(f"{k:.2f}" for k in ks) + f"  max/min {max(ks) / min(ks):.2f}",
                   flush=True)
