@@ -274,3 +274,13 @@ def test_rhat_flags_chains_that_disagree():
     assert ess_bulk(x) == pytest.approx(4 * 5000 * 0.2 / 1.8, rel=0.15)
     c = convergence(x[None])
     assert set(c) == {"rhat", "ess_bulk", "ess_tail"} and c["rhat"] < 1.01
+
+
+def test_calibration_figure_draws_the_raw_band_that_predict_gives():
+    from bdeeponet.plots import raw_coverage
+
+    gaussian = {"0.5": 58.0, "0.95": 93.0}  # mean ± z std, recorded by every run
+    student = {"0.5": 63.0, "0.95": 97.0}  # the band predict returns for several chains
+    metrics = {"calibration": gaussian, "coverage": {"raw": {"pointwise": student}}}
+    assert raw_coverage(metrics) == student
+    assert raw_coverage({"calibration": gaussian}) == gaussian  # a run from before coverage
