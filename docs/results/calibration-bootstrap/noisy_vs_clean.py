@@ -1,7 +1,8 @@
 """The band's scale k from the held-out functions' noisy targets (what the library sees)
 against the same functions' clean targets and the test set's, per 4-chain run, and the k
-the test points want by quintile of the band's spread (docs/bands.md: the likelihood of
-noisy targets hears only the points whose spread stands out of the noise).
+the test points want by quintile of the band's spread, and within each function
+(docs/bands.md: the likelihood of noisy targets hears only the points whose spread stands
+out of the noise).
 
 Run: python noisy_vs_clean.py GRID [GRID ...]
 (output directories of `bdeeponet reproduce --chains 4`; every run under GRID/runs is
@@ -30,6 +31,15 @@ def quintile_scales(residual, std) -> list[float]:
     return [float(np.sqrt(np.mean((r[i] / s[i]) ** 2))) for i in np.array_split(order, 5)]
 
 
+def within_function(residual, std) -> tuple[float, float]:
+    """rms of residual / std where a function's std is in the lowest and in the highest fifth
+    of its std relative to that function's own median (where the chains happen to agree, and
+    where they disagree most)."""
+    z, rel = residual / std, std / np.median(std, axis=1, keepdims=True)
+    low, high = np.quantile(rel, [0.2, 0.8])
+    return float(np.sqrt(np.mean(z[rel < low] ** 2))), float(np.sqrt(np.mean(z[rel > high] ** 2)))
+
+
 def one_run(run_dir: Path, data) -> dict:
     run = load_run(run_dir)
     post, seed = run.posterior, run.config.seed
@@ -45,7 +55,8 @@ def one_run(run_dir: Path, data) -> dict:
     return {"noisy": scale_likelihood(s_noisy - mh, sh, post.noise_std, dh),
             "clean": scale_likelihood(s_clean - mh, sh, tiny, dh)[0],
             "test": scale_likelihood(data.s_test - mt, st, tiny, dt)[0],
-            "by_spread": quintile_scales(data.s_test - mt, st), "spread_z": cal.spread_z}
+            "by_spread": quintile_scales(data.s_test - mt, st),
+            "within": within_function(data.s_test - mt, st), "spread_z": cal.spread_z}
 
 
 def main() -> None:
@@ -61,6 +72,7 @@ def main() -> None:
                   f"{', pinned' if pins_down(se) else ''}) clean {r['clean']:.2f} test "
                   f"{r['test']:.2f}  by spread (low->high) "
                   + "/".join(f"{x:.2f}" for x in r["by_spread"])
+                  + "  within a function (low/high) " + "/".join(f"{x:.2f}" for x in r["within"])
                   + f"  spread_z {r['spread_z'] if r['spread_z'] is None else round(r['spread_z'], 1)}",
                   flush=True)
     pinned = [r for r in rows if pins_down(r["noisy"][1])]
@@ -74,6 +86,9 @@ def main() -> None:
           f"lowest / highest spread quintile's k: median {np.median(low_high):.2f}, "
           f"range {low_high.min():.2f}-{low_high.max():.2f}, above 1 in "
           f"{int((low_high > 1).sum())}")
+    within = np.array([r["within"][0] / r["within"][1] for r in rows])
+    print(f"within a function, lowest / highest fifth of the relative spread: median "
+          f"{np.median(within):.2f}, range {within.min():.2f}-{within.max():.2f}")
 
 
 if __name__ == "__main__":
