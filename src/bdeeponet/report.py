@@ -198,8 +198,8 @@ def calibration_markdown(cal: list[dict], swaps: list[dict]) -> str:
     lines = []
     if cal:
         lines += ["### Calibration: observed coverage (%) of the test set", "",
-                  "Of the clean truth pointwise by the raw band (mean ± q std: q the Gaussian z, or the "
-                  "Student-t quantile for several chains) and by the band "
+                  "Of the clean truth pointwise by the raw band (mean ± q std: q the Gaussian "
+                  "z, or the Student-t quantile for several chains) and by the band "
                   "calibrated on held-out training functions; of whole noisy test trajectories "
                   "(the clean truth plus the data's noise, 20 draws) by the function-level "
                   "band, an observation band; mean over seeds. *Held-out k*: the raw band's "
