@@ -74,16 +74,21 @@ class KroneckerMetric:
             d = blk.precision + damping
             blk.inv, blk.inv_sqrt = 1 / d, d.rsqrt()
             blk.__dict__.pop("_float32", None)
+        self.__dict__.pop("_levels", None)
         self.diag = {}
         for name, prec in self.diag_precision.items():
             d = prec + damping
             self.diag[name] = ((1 / d).float(), d.rsqrt().float())
 
     @torch.no_grad()
-    def step(self, params: Params, grads: dict[str, torch.Tensor], lr: float, tau: float,
-             generator: torch.Generator) -> None:
+    def step(self, params: Params, grads: dict[str, torch.Tensor], lr: float | tuple[float, ...],
+             tau: float | tuple[float, ...], generator: torch.Generator) -> None:
         """In place, for the tensors named in ``grads``:
-        ``θ ← θ − η M ∇ + sqrt(2 η τ) M^½ ξ``."""
+        ``θ ← θ − η M ∇ + sqrt(2 η τ) M^½ ξ``. ``lr`` and ``tau`` are numbers, or tuples of
+        L numbers for parameters with a leading dimension of L levels (replica exchange's
+        temperatures stepped as one batch, the metric broadcast over them)."""
+        if isinstance(lr, tuple):
+            return self._step_levels(params, grads, lr, tau, generator)
         noise_scale = (2 * lr * tau) ** 0.5
         for blk in self.blocks:
             if blk.weight in grads:
@@ -100,9 +105,47 @@ class KroneckerMetric:
                     params[name].add_(d.to(params[name].dtype))
         for name, (inv, inv_sqrt) in self.diag.items():
             if name in grads:
-                xi = torch.randn(inv.shape, generator=generator, dtype=inv.dtype, device=inv.device)
+                xi = torch.randn(grads[name].shape, generator=generator, dtype=inv.dtype,
+                                 device=inv.device)
                 params[name].addcmul_(inv.to(grads[name].dtype), grads[name], value=-lr).addcmul_(
                     inv_sqrt.to(xi.dtype), xi, value=noise_scale)
+
+    def _step_levels(self, params: Params, grads: dict[str, torch.Tensor], lr: tuple[float, ...],
+                     tau: tuple[float, ...], generator: torch.Generator) -> None:
+        """:meth:`step` of L levels at once, each with its own step and temperature: the
+        drift and noise factors ``−η_l D⁻¹`` and ``sqrt(2 η_l τ_l) D^-½`` of every level are
+        made once per (steps, temperatures) and kept on the metric."""
+        for blk in self.blocks:
+            if blk.weight in grads:
+                qg, qa = _single(blk)
+                wide = _float32_scales(blk) is None  # ill-conditioned: rotate in float64
+                drift, noise = self._level_factors(blk.weight, lr, tau, *(
+                    (blk.inv, blk.inv_sqrt) if wide else _float32_scales(blk)))
+                rotated = (blk.qg.mT @ _joined(blk, grads) @ blk.qa if wide
+                           else qg.mT @ _joined(blk, grads, torch.float32) @ qa)
+                xi = torch.randn(rotated.shape, generator=generator,
+                                 device=rotated.device).to(rotated.dtype)
+                move = rotated.mul_(drift).addcmul_(xi, noise)
+                for name, d in _split(blk, qg @ move.float() @ qa.mT):
+                    params[name].add_(d.to(params[name].dtype))
+        for name, (inv, inv_sqrt) in self.diag.items():
+            if name in grads:
+                g = grads[name]
+                drift, noise = self._level_factors(name, lr, tau, inv.to(g.dtype), inv_sqrt)
+                xi = torch.randn(g.shape, generator=generator, dtype=inv.dtype, device=inv.device)
+                params[name].addcmul_(drift, g).addcmul_(noise, xi)
+
+    def _level_factors(self, name: str, lr: tuple[float, ...], tau: tuple[float, ...],
+                       inv: torch.Tensor, inv_sqrt: torch.Tensor):
+        """``(−η_l inv, sqrt(2 η_l τ_l) inv_sqrt)`` stacked over the levels l (cached)."""
+        cache = self.__dict__.setdefault("_levels", {})
+        key = (name, lr, tau, inv.dtype, inv.device)
+        if key not in cache:
+            if len(cache) > 64:  # an adapting ladder: temperatures change round by round
+                cache.clear()
+            cache[key] = (torch.stack([-a * inv for a in lr]),
+                          torch.stack([(2 * a * t) ** 0.5 * inv_sqrt for a, t in zip(lr, tau, strict=True)]))
+        return cache[key]
 
     @torch.no_grad()
     def root(self, v: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -84,6 +84,17 @@ class Chain:
         self.__dict__.update(state)
         self._make_views()
 
+    def rows(self, k: int, width: int | None) -> Chain:
+        """Level ``k`` of a batch that stacks several levels of ``width`` chains each: a
+        Chain whose buffer is a view of this one's rows, row ``k`` (one particle a level,
+        ``width`` None) or rows ``k·width`` to ``(k+1)·width − 1``. Writing either writes
+        both; replica exchange keeps its levels so, to step them all as one batch."""
+        out = object.__new__(Chain)
+        out.flat = self.flat[k] if width is None else self.flat[k * width:(k + 1) * width]
+        out.offsets, out.shapes, out.step = self.offsets, self.shapes, 0
+        out._make_views()
+        return out
+
     def span(self, names: list[str]) -> slice:
         """The slice of ``flat`` that holds exactly ``names`` (they must be contiguous)."""
         a = min(self.offsets[n][0] for n in names)

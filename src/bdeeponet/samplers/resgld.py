@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..energy import Params
+from ..energy import EnergyValue, Params
 from .langevin import Chain, Preconditioner, WarmStart, check_positive, energy_and_grads, freeze
 from .sgld import LangevinSettings, Sampling, gradients, move, sampling_report, start_sampling
 from .swap import (
@@ -53,6 +53,7 @@ class ReplicaState:
     swap_var: list[RunningVariance]  # Var(ΔÛ) of each neighbouring pair on a shared minibatch
     replica_var: list[RunningVariance]  # σ_k² of each level's energy estimator
     taus: list[float]  # the ladder
+    together: Chain | None = None  # all levels' particles, one batch: chains[k] views its rows
     n_steps: int = 0  # sampling steps
     accelerated: bool = False  # m-reSGLD: the hot replicas update one group at a time
     warm: WarmStart | None = None
@@ -122,9 +123,12 @@ class ReSGLD(LangevinSettings):
         of ``params`` with a leading dimension of C (see :class:`~.langevin.Chain`): each
         level is one batch of C particles, ladder c is row c of every level."""
         K, width = self.replicas, chains or 1
-        levels = [Chain(params, self.layout(params), chains) for _ in range(K)]
+        tiled = {n: p.expand(K, *p.shape) if chains is None else p.repeat(K, *[1] * (p.dim() - 1))
+                 for n, p in params.items()}
+        together = Chain(tiled, self.layout(params), K * width)
+        levels = [together.rows(k, chains) for k in range(K)]
         return ReplicaState(
-            chains=levels,
+            chains=levels, together=together,
             preconds=[self.preconditioner() for _ in range(K)],
             swap_var=[RunningVariance(self.var_smoothing) for _ in range(K - 1)],
             replica_var=[RunningVariance(self.var_smoothing) for _ in range(K)],
@@ -164,10 +168,15 @@ class ReSGLD(LangevinSettings):
             return {"energy": e, "energy_hot": e}
         K = len(state.chains)
         active = self.hot_active(state, generator)
-        evals = [gradients(energy, chain, batch, None if k == 0 else active, state.sampling,
-                           index) for k, chain in enumerate(state.chains)]
-        values = [v for v, _ in evals]
-        grads = [g for _, g in evals]
+        together = self._together(state, active)
+        if together:
+            values, stacked = self._gradients_together(state, energy, batch)
+            grads = [_level(stacked, k, state.chains[0].n_chains) for k in range(K)]
+        else:
+            evals = [gradients(energy, chain, batch, None if k == 0 else active, state.sampling,
+                               index) for k, chain in enumerate(state.chains)]
+            values = [v for v, _ in evals]
+            grads = [g for _, g in evals]
         for k in range(K - 1):
             state.swap_var[k].update(paired_variance(values[k].terms, values[k + 1].terms,
                                                      values[k].scale, values[k].n_total))
@@ -199,9 +208,13 @@ class ReSGLD(LangevinSettings):
                 grads = self._exchange(state, k, accept if batched else None, grads, active)
         if swapped_pair0 and active is not None:  # the new cold particles: a full gradient
             _, grads[0] = gradients(energy, state.chains[0], batch, None, state.sampling, index)
-        for k, chain in enumerate(state.chains):
-            lr = self.step_size if k == 0 else self.hot_lr
-            move(chain, grads[k], lr, state.taus[k], generator, state.preconds[k], state.sampling)
+        if together:  # the gradients as computed, or re-stacked after an exchange
+            self._move_together(state, stacked if n_accepted == 0 else grads, generator)
+        else:
+            for k, chain in enumerate(state.chains):
+                lr = self.step_size if k == 0 else self.hot_lr
+                move(chain, grads[k], lr, state.taus[k], generator, state.preconds[k],
+                     state.sampling)
         state.n_steps += 1
         self._adapt(state)
         return {
@@ -210,6 +223,46 @@ class ReSGLD(LangevinSettings):
             "swapped": n_accepted / max(n_offered, 1),  # of the swaps offered this step
             "swap_rate_estimate": rate0,  # the mean acceptance probability of pair (0, 1)
         }
+
+    @staticmethod
+    def _together(state: ReplicaState, active: list[str] | None) -> bool:
+        """Whether this step evaluates and moves all levels as one batch: every level takes
+        a full step (not m-reSGLD's hot half-steps, whose saving is the backward pass they
+        skip), under the Kronecker metric the levels share, without the control variate."""
+        return (state.together is not None and active is None and state.sampling is not None
+                and state.sampling.cv is None)
+
+    @staticmethod
+    def _gradients_together(state: ReplicaState, energy, batch) -> tuple[list, dict]:
+        """Every level's energy, and the gradients of all levels' particles (rows as in
+        ``state.together``), from one forward and backward pass over the batch of all K
+        levels (they share the minibatch; C chains' batch (C, n, ...) is repeated for each
+        level)."""
+        K, width = len(state.chains), state.chains[0].n_chains
+        if width is not None:
+            batch = tuple(x.repeat(K, *[1] * (x.dim() - 1)) for x in batch)
+        value, grads = energy_and_grads(energy, state.together.params, batch)
+        total, terms = (value.total, value.terms) if width is None else \
+            (value.total.view(K, width), value.terms.view(K, width, -1))
+        return [EnergyValue(total[k], terms[k], value.scale, value.n_total) for k in range(K)], grads
+
+    def _move_together(self, state: ReplicaState, grads: dict | list, generator) -> None:
+        """One Langevin step of every level at once: the shared metric broadcast over the
+        levels, each with its own step (capped as the cold one's) and temperature.
+        ``grads``: stacked as in ``state.together``, or a list of the levels' own."""
+        K, width = len(state.chains), state.chains[0].n_chains
+        sampling, chain = state.sampling, state.together
+        lr = tuple(min(self.step_size if k == 0 else self.hot_lr, sampling.max_lr) for k in range(K))
+        if isinstance(grads, list):
+            join = torch.stack if width is None else torch.cat
+            grads = {n: join([g[n] for g in grads]) for n in grads[0]}
+        params = chain.params
+        if width is not None:  # C chains' stacked metric: parameters and gradients (K, C, ...)
+            params = {n: p.view(K, width, *p.shape[1:]) for n, p in params.items()}
+            grads = {n: g.view(K, width, *g.shape[1:]) for n, g in grads.items()}
+        sampling.metric.step(params, grads, lr, tuple(state.taus), generator)
+        for level in state.chains:
+            level.step += 1
 
     @staticmethod
     def _record(state: ReplicaState, k: int, accept: list[bool], rejection: list[float]) -> None:
@@ -242,8 +295,10 @@ class ReSGLD(LangevinSettings):
         it came from a partial step (m-reSGLD)."""
         grads = list(grads)
         a, b = state.chains[k], state.chains[k + 1]
-        if mask is None:
-            state.chains[k], state.chains[k + 1] = b, a
+        if mask is None:  # (the data, not the Chain objects: they may view one batch)
+            held = a.flat.clone()
+            a.flat.copy_(b.flat)
+            b.flat.copy_(held)
             grads[k], grads[k + 1] = grads[k + 1], grads[k]
             if k == 0 and active is not None:
                 grads[1] = {n: grads[1][n] for n in active}
@@ -365,3 +420,8 @@ def equalise_ladder(taus: list[float], rejection: list[float]) -> list[float]:
     new = np.interp(targets, cum, beta)  # cum increases along the ladder
     new[0], new[-1] = beta[0], beta[-1]
     return [float(t) for t in 1 / new]
+
+
+def _level(grads: dict[str, torch.Tensor], k: int, width: int | None) -> dict[str, torch.Tensor]:
+    """Level k's rows of gradients stacked over the levels (see :meth:`Chain.rows`)."""
+    return {n: g[k] if width is None else g[k * width:(k + 1) * width] for n, g in grads.items()}
