@@ -8,7 +8,11 @@ gradients); neighbouring levels are swapped with the variance-corrected rate of 
 and then each level moves from the particle it now holds. Alternating a swap kernel and a
 Langevin kernel, each of which leaves ``π(θ_0, ..., θ_{K-1}) ∝ Π_k exp(−U(θ_k)/τ_k)``
 invariant, is the same target as the paper's "move, then swap" order and costs no extra
-forward pass.
+forward pass. All levels' particles live in one batch (``ReplicaState.together``, each
+level a view of its rows): with the Kronecker metric and no control variate one pass over
+that batch gives every energy and gradient and one metric step moves every level at its own
+step and temperature; m-reSGLD's hot half-steps take a pass per level (their saving is the
+backward pass they skip).
 
 With K = 2 (the paper's algorithm) the pair is offered a swap every step. With K > 2 the
 swaps follow the deterministic even-odd scheme of non-reversible parallel tempering (Syed,
