@@ -90,7 +90,7 @@ class Chain:
         ``width`` None) or rows ``k·width`` to ``(k+1)·width − 1``. Writing either writes
         both; replica exchange keeps its levels so, to step them all as one batch."""
         out = object.__new__(Chain)
-        out.flat = self.flat[k] if width is None else self.flat[k * width:(k + 1) * width]
+        out.flat = self.flat[level_rows(k, width)]
         out.offsets, out.shapes, out.step = self.offsets, self.shapes, 0
         out._make_views()
         return out
@@ -108,6 +108,11 @@ class Chain:
         names = sorted(grads, key=lambda n: self.offsets[n][0])
         lead = self.flat.shape[:-1]
         return self.span(names), torch.cat([grads[n].reshape(*lead, -1) for n in names], dim=-1)
+
+
+def level_rows(k: int, width: int | None) -> int | slice:
+    """The index of level k in a batch of levels of ``width`` chains each (None: one)."""
+    return k if width is None else slice(k * width, (k + 1) * width)
 
 
 @dataclass

@@ -36,7 +36,15 @@ import numpy as np
 import torch
 
 from ..energy import EnergyValue, Params
-from .langevin import Chain, Preconditioner, WarmStart, check_positive, energy_and_grads, freeze
+from .langevin import (
+    Chain,
+    Preconditioner,
+    WarmStart,
+    check_positive,
+    energy_and_grads,
+    freeze,
+    level_rows,
+)
 from .sgld import LangevinSettings, Sampling, gradients, move, sampling_report, start_sampling
 from .swap import (
     RunningVariance,
@@ -175,7 +183,8 @@ class ReSGLD(LangevinSettings):
         together = self._together(state, active)
         if together:
             values, stacked = self._gradients_together(state, energy, batch)
-            grads = [_level(stacked, k, state.chains[0].n_chains) for k in range(K)]
+            width = state.chains[0].n_chains
+            grads = [{n: g[level_rows(k, width)] for n, g in stacked.items()} for k in range(K)]
         else:
             evals = [gradients(energy, chain, batch, None if k == 0 else active, state.sampling,
                                index) for k, chain in enumerate(state.chains)]
@@ -424,8 +433,3 @@ def equalise_ladder(taus: list[float], rejection: list[float]) -> list[float]:
     new = np.interp(targets, cum, beta)  # cum increases along the ladder
     new[0], new[-1] = beta[0], beta[-1]
     return [float(t) for t in 1 / new]
-
-
-def _level(grads: dict[str, torch.Tensor], k: int, width: int | None) -> dict[str, torch.Tensor]:
-    """Level k's rows of gradients stacked over the levels (see :meth:`Chain.rows`)."""
-    return {n: g[k] if width is None else g[k * width:(k + 1) * width] for n, g in grads.items()}
