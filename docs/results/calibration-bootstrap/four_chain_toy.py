@@ -26,6 +26,19 @@ from bdeeponet.calibration import scale_likelihood
 P, N, C = 100, 300, 4
 
 
+def toy_band(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(error, std)`` (n, P) of n functions: the truth and C chains are draws of one GP
+    (length-scale 10 points, amplitude varying along the function); error = truth − the
+    chains' mean, std = sqrt((1 + 1/C) × their sample variance)."""
+    x = np.arange(P)
+    chol = np.linalg.cholesky(np.exp(-0.5 * (x[:, None] - x[None, :]) ** 2 / 10**2)
+                              + 1e-8 * np.eye(P))
+    amplitude = np.exp(0.5 * np.sin(x / 15))
+    truth = (chol @ rng.standard_normal((P, n))).T * amplitude
+    chains = np.stack([(chol @ rng.standard_normal((P, n))).T * amplitude for _ in range(C)], 1)
+    return truth - chains.mean(axis=1), np.sqrt((1 + 1 / C) * chains.var(axis=1, ddof=1))
+
+
 def per_function_gaussian_k(residual, std, noise_std: float) -> float:
     """k under residual ~ N(0, k² mean_p(std²) + σ²), one variance per function."""
     var = np.mean(std**2, axis=1, keepdims=True)
@@ -42,14 +55,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
-    x = np.arange(P)
-    chol = np.linalg.cholesky(np.exp(-0.5 * (x[:, None] - x[None, :]) ** 2 / 10**2)
-                              + 1e-8 * np.eye(P))
-    amplitude = np.exp(0.5 * np.sin(x / 15))
-    truth = (chol @ rng.standard_normal((P, N))).T * amplitude
-    chains = np.stack([(chol @ rng.standard_normal((P, N))).T * amplitude for _ in range(C)], 1)
-    error = truth - chains.mean(axis=1)
-    std = np.sqrt((1 + 1 / C) * chains.var(axis=1, ddof=1))
+    error, std = toy_band(rng, N)
     dof = np.full(std.shape, C - 1.0)
     z = error / std
     print(f"coverage of the t_3 95% band: {100 * np.mean(np.abs(z) <= student_t.ppf(0.975, 3)):.1f}%")

@@ -6,7 +6,8 @@ a band calibrated by construction).
 
 Run: python noisy_vs_clean.py GRID [GRID ...]
 (output directories of `bdeeponet reproduce --chains 4`; every run under GRID/runs is
-read, with its data GRID/data/SCENARIO.npz). One line per run, then a summary.
+read, with its data GRID/data/SCENARIO.npz; unfinished runs are skipped). One line per run,
+then a summary.
 """
 
 from __future__ import annotations
@@ -40,15 +41,27 @@ def within_function(residual, std) -> tuple[float, float]:
     return float(np.sqrt(np.mean(z[rel < low] ** 2))), float(np.sqrt(np.mean(z[rel > high] ** 2)))
 
 
-def one_run(run_dir: Path, data) -> dict:
+def predictions(run_dir: Path, data):
+    """A run's held-out functions and test set: ``(post, held_out, test)`` with held_out =
+    (mean, std, dof, noisy targets, clean targets) and test = (mean, std, dof), each (n, P)."""
     run = load_run(run_dir)
     post, seed = run.posterior, run.config.seed
     _, (u_ho, s_noisy) = split_calibration(data, run.config)
     _, (_, s_clean) = split_calibration(dataclasses.replace(data, s_train=data.s_train_clean),
                                         run.config)
     ho, test = post.predict(u_ho, data.y, seed=seed), post.predict(data.u_test, data.y, seed=seed)
-    mh, sh, dh = (ho[k].numpy() for k in ("mean", "std", "dof"))
-    mt, st, dt = (test[k].numpy() for k in ("mean", "std", "dof"))
+    return (post, (*(ho[k].numpy() for k in ("mean", "std", "dof")), s_noisy, s_clean),
+            tuple(test[k].numpy() for k in ("mean", "std", "dof")))
+
+
+def finished_runs(grid: Path) -> list[Path]:
+    """The m-reSGLD and reSGLD runs under GRID/runs that finished."""
+    runs = sorted(grid.glob("runs/*/*mresgld-*")) + sorted(grid.glob("runs/*/resgld-*"))
+    return [r for r in runs if (r / "posterior.pt").exists()]
+
+
+def one_run(run_dir: Path, data) -> dict:
+    post, (mh, sh, dh, s_noisy, s_clean), (mt, st, dt) = predictions(run_dir, data)
     tiny = 1e-12 * post.noise_std  # clean targets: no noise to deconvolve
     cal = fit_calibration(mh, sh, s_noisy, post.noise_std, dof=dh, y=data.y,
                           trust_band=post.band_trusted)
@@ -63,7 +76,7 @@ def main() -> None:
     torch.set_num_threads(1)
     rows = []
     for grid in map(Path, sys.argv[1:]):
-        for run_dir in sorted(grid.glob("runs/*/*mresgld-*")) + sorted(grid.glob("runs/*/resgld-*")):
+        for run_dir in finished_runs(grid):
             data = load(grid / "data" / f"{run_dir.parent.name}.npz")
             r = one_run(run_dir, data)
             rows.append(r)
