@@ -214,13 +214,16 @@ def test_the_command_line_trains_chains_and_says_when_they_disagree(data, tmp_pa
     assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "bad").exists()
 
 
-@pytest.mark.parametrize("chains", [None, 2])
-def test_replica_levels_stepped_as_one_batch_equal_their_own_steps(chains, monkeypatch):
+@pytest.mark.parametrize(("chains", "replicas"), [(None, 2), (2, 2), (None, 3)])
+@pytest.mark.parametrize("draw", [0.0, 1.0])
+def test_replica_levels_stepped_as_one_batch_equal_their_own_steps(chains, replicas, draw,
+                                                                   monkeypatch):
     """reSGLD's levels evaluated and moved as one batch (``state.together``) take the steps
-    each level takes alone (``together`` None: one pass per level), the hot one with its own
-    step and temperature and a certain swap included. The injected noise is switched off
-    (``torch.randn`` gives zeros) so the two are compared draw for draw; the noise's scale
-    per level is checked by the closed-form tests."""
+    each level takes alone (``together`` None: one pass per level), each with its own step
+    and temperature, a certain swap included, and with a ladder whose temperatures adapt.
+    Every draw of ``torch.randn`` is replaced by ``draw`` so that the two are compared step
+    for step whatever order they draw in: 0 compares the drift, 1 the drift plus each
+    level's noise scale ``sqrt(2 η τ) M^½``."""
     model = DeepONet(ModelConfig(n_sensors=7, dim_y=1, width=9, depth=2, latent=5))
     g = torch.Generator().manual_seed(4)
     u, y = torch.randn(40, 7, generator=g), torch.rand(6, 1, generator=g)
@@ -229,7 +232,8 @@ def test_replica_levels_stepped_as_one_batch_equal_their_own_steps(chains, monke
     base = {n: p.detach() for n, p in model.named_parameters()}
     start = base if chains is None else {
         n: p[None] + 0.1 * torch.randn(chains, *p.shape, generator=g) for n, p in base.items()}
-    sampler = ReSGLD(lr_hot=0.02, tau2=3.0, fisher_samples=2)
+    sampler = ReSGLD(lr_hot=0.02, tau2=3.0, fisher_samples=2, replicas=replicas,
+                     adapt_steps=4 if replicas > 2 else 0)
     states = []
     for _ in range(2):
         state = sampler.init(start, chains=chains)
@@ -238,8 +242,8 @@ def test_replica_levels_stepped_as_one_batch_equal_their_own_steps(chains, monke
         states.append(state)
     states[1].together = None
     assert ReSGLD._together(states[0], None) and not ReSGLD._together(states[1], None)
-    monkeypatch.setattr(torch, "randn", lambda size, **kw: torch.zeros(
-        size, dtype=kw.get("dtype") or torch.float32, device=kw.get("device")))
+    monkeypatch.setattr(torch, "randn", lambda size, **kw: torch.full(
+        size, draw, dtype=kw.get("dtype") or torch.float32, device=kw.get("device")))
     swaps = []
     for state in states:
         gen = torch.Generator().manual_seed(6)
@@ -248,6 +252,7 @@ def test_replica_levels_stepped_as_one_batch_equal_their_own_steps(chains, monke
             sampler.step(state, energy, (u[rows], s[rows]), gen, index=rows)
         swaps.append(state.accepted[0])
     assert swaps[0] == swaps[1] >= 1
+    assert states[0].taus == pytest.approx(states[1].taus, rel=1e-5)
     for level_a, level_b in zip(states[0].chains, states[1].chains, strict=True):
         assert torch.allclose(level_a.flat, level_b.flat, rtol=1e-5, atol=1e-6)
     moved = states[0].chains[1].flat - states[0].chains[0].flat
