@@ -1,5 +1,5 @@
-"""Does a smoothed spread rescue the held-out likelihood? (docs/bands.md, "A smoothed spread
-does not rescue it"; measured 2026-11-28, not kept in the library.)
+"""Does a smoothed spread rescue the held-out likelihood? (docs/bands.md, "Tried and not kept:
+a smoothed spread"; measured 2026-11-28, not kept in the library.)
 
 The Student-t likelihood models a held-out residual as ``k std T + ε`` given each point's
 std; where four chains happen to agree the error does not shrink with them, which biases k
@@ -9,8 +9,11 @@ k is fitted under ``residual ~ N(0, k² λ² + σ²)`` (w: Gaussian) or ``k λ T
 library's likelihood on λ). Each k scales the library's band, mean ± k t_dof std, and the
 script gives that band's coverage of the test truth at 50/80/90/95/99% and whether it is
 within the posterior issue's target (±3 points, 99%: −3/+1; marked *), beside the library's
-own calibrated band (``lib``, from the run's metrics.json) and the plain Student-t
-likelihood's k applied unconditionally (``t``).
+own calibrated band (``lib``, from the run's metrics.json), the plain Student-t
+likelihood's k applied unconditionally (``t``), the raw band (``k=1``), and the library's
+rule of keeping k = 1 unless the scale is pinned down with the standard error of log k taken
+from 40 bootstrap resamples of the held-out functions instead of the clustered sandwich
+(``boot``).
 
 Run: python smoothed_spread.py            (the toy: calibrated by construction, right k = 1)
      python smoothed_spread.py GRID ...   (4-chain runs of `bdeeponet reproduce --chains 4`)
@@ -29,7 +32,7 @@ from scipy.ndimage import uniform_filter1d
 from scipy.optimize import minimize_scalar
 from scipy.stats import t as student_t
 
-from bdeeponet.calibration import scale_likelihood
+from bdeeponet.calibration import pins_down, scale_likelihood
 from bdeeponet.data import load
 
 LEVELS = (0.5, 0.8, 0.9, 0.95, 0.99)
@@ -73,6 +76,16 @@ def variants(residual, std, dof, noise_std: float) -> dict[str, float]:
     return ks
 
 
+def bootstrap_se(residual, std, dof, noise_std: float, draws: int = 40) -> float:
+    """sd of log k over bootstrap resamples of the functions (rows)."""
+    rng = np.random.default_rng(0)
+    logs = []
+    for _ in range(draws):
+        i = rng.integers(0, len(residual), len(residual))
+        logs.append(np.log(scale_likelihood(residual[i], std[i], noise_std, dof[i])[0]))
+    return float(np.std(logs))
+
+
 def fmt(name: str, k: float, cov) -> str:
     return f"{name} {k:.2f} {'/'.join(f'{c:.0f}' for c in cov)}{'*' if on_target(cov) else ''}"
 
@@ -102,8 +115,10 @@ def real(grids: list[Path]) -> None:
             error = data.s_test - mt
             metrics = json.loads((run_dir / "metrics.json").read_text())
             lib = [metrics["coverage"]["calibrated"]["pointwise"][str(lv)] for lv in LEVELS]
-            ks = {"t": scale_likelihood(s_noisy - mh, sh, post.noise_std, dh)[0],
-                  **variants(s_noisy - mh, sh, dh, post.noise_std)}
+            k_t = scale_likelihood(s_noisy - mh, sh, post.noise_std, dh)[0]
+            ks = {"t": k_t, **variants(s_noisy - mh, sh, dh, post.noise_std), "k=1": 1.0,
+                  "boot": k_t if pins_down(bootstrap_se(s_noisy - mh, sh, dh, post.noise_std))
+                  else 1.0}
             covs = {name: coverage(error, st, dt, k) for name, k in ks.items()}
             k_test = scale_likelihood(error, st, 1e-12 * post.noise_std, dt)[0]
             n += 1
