@@ -92,17 +92,10 @@ class KroneckerMetric:
         noise_scale = (2 * lr * tau) ** 0.5
         for blk in self.blocks:
             if blk.weight in grads:
-                qg, qa = _single(blk)
-                scales = _float32_scales(blk)
-                if scales is None:  # an ill-conditioned block: rotate its gradient in float64
-                    rotated, scales = blk.qg.mT @ _joined(blk, grads) @ blk.qa, (blk.inv, blk.inv_sqrt)
-                else:
-                    rotated = qg.mT @ _joined(blk, grads, torch.float32) @ qa
-                xi = torch.randn(rotated.shape, generator=generator,  # float32 draws: 5x faster
-                                 device=rotated.device).to(rotated.dtype)
-                move = rotated.mul_(scales[0]).mul_(-lr).addcmul_(xi, scales[1], value=noise_scale)
-                for name, d in _split(blk, qg @ move.float() @ qa.mT):
-                    params[name].add_(d.to(params[name].dtype))
+                rotated, scales = _in_eigenbasis(blk, grads)
+                xi = _block_noise(rotated, generator)
+                _add_rotated_back(blk, rotated.mul_(scales[0]).mul_(-lr).addcmul_(
+                    xi, scales[1], value=noise_scale), params)
         for name, (inv, inv_sqrt) in self.diag.items():
             if name in grads:
                 xi = torch.randn(grads[name].shape, generator=generator, dtype=inv.dtype,
@@ -117,17 +110,10 @@ class KroneckerMetric:
         made once per (steps, temperatures) and kept on the metric."""
         for blk in self.blocks:
             if blk.weight in grads:
-                qg, qa = _single(blk)
-                wide = _float32_scales(blk) is None  # ill-conditioned: rotate in float64
-                drift, noise = self._level_factors(blk.weight, lr, tau, *(
-                    (blk.inv, blk.inv_sqrt) if wide else _float32_scales(blk)))
-                rotated = (blk.qg.mT @ _joined(blk, grads) @ blk.qa if wide
-                           else qg.mT @ _joined(blk, grads, torch.float32) @ qa)
-                xi = torch.randn(rotated.shape, generator=generator,
-                                 device=rotated.device).to(rotated.dtype)
-                move = rotated.mul_(drift).addcmul_(xi, noise)
-                for name, d in _split(blk, qg @ move.float() @ qa.mT):
-                    params[name].add_(d.to(params[name].dtype))
+                rotated, scales = _in_eigenbasis(blk, grads)
+                drift, noise = self._level_factors(blk.weight, lr, tau, *scales)
+                xi = _block_noise(rotated, generator)
+                _add_rotated_back(blk, rotated.mul_(drift).addcmul_(xi, noise), params)
         for name, (inv, inv_sqrt) in self.diag.items():
             if name in grads:
                 g = grads[name]
@@ -206,6 +192,28 @@ class KroneckerMetric:
                 if (blk.weight in members) != (blk.bias in members):
                     raise ValueError(f"group '{name}' holds only one of {blk.weight} and "
                                      f"{blk.bias}; a layer's weight and bias must share a group")
+
+
+def _in_eigenbasis(blk: KroneckerBlock, grads: dict[str, torch.Tensor]):
+    """``(the layer's gradient in the metric's eigenbasis, (1 / (D + δ), its root))``: in
+    float32 where the block is well enough conditioned, else in float64."""
+    scales = _float32_scales(blk)
+    if scales is None:  # an ill-conditioned block: rotate its gradient in float64
+        return blk.qg.mT @ _joined(blk, grads) @ blk.qa, (blk.inv, blk.inv_sqrt)
+    qg, qa = _single(blk)
+    return qg.mT @ _joined(blk, grads, torch.float32) @ qa, scales
+
+
+def _block_noise(rotated: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """ξ ~ N(0, I) shaped like ``rotated``, drawn in float32 (5x faster than float64)."""
+    return torch.randn(rotated.shape, generator=generator, device=rotated.device).to(rotated.dtype)
+
+
+def _add_rotated_back(blk: KroneckerBlock, move: torch.Tensor, params: Params) -> None:
+    """Rotate a move out of the eigenbasis and add it to the layer's tensors, in place."""
+    qg, qa = _single(blk)
+    for name, d in _split(blk, qg @ move.float() @ qa.mT):
+        params[name].add_(d.to(params[name].dtype))
 
 
 def _single(blk: KroneckerBlock) -> tuple[torch.Tensor, torch.Tensor]:

@@ -181,10 +181,10 @@ class ReSGLD(LangevinSettings):
         K = len(state.chains)
         active = self.hot_active(state, generator)
         together = self._together(state, active)
-        if together:
+        width = state.chains[0].n_chains
+        if together:  # each level's own gradients are cut out only if a swap needs them
             values, stacked = self._gradients_together(state, energy, batch)
-            width = state.chains[0].n_chains
-            grads = [{n: g[level_rows(k, width)] for n, g in stacked.items()} for k in range(K)]
+            grads = None
         else:
             evals = [gradients(energy, chain, batch, None if k == 0 else active, state.sampling,
                                index) for k, chain in enumerate(state.chains)]
@@ -195,7 +195,7 @@ class ReSGLD(LangevinSettings):
                                                      values[k].scale, values[k].n_total))
         for k, v in enumerate(values):
             state.replica_var[k].update(estimator_variance(v.terms, v.scale, v.n_total))
-        batched = state.chains[0].n_chains is not None
+        batched = width is not None
         swapped_pair0, rate0, n_accepted, n_offered = False, float("nan"), 0, 0
         for k in self.pairs(state.n_steps, K):
             delta = (values[k].total - values[k + 1].total).detach().double()
@@ -218,11 +218,14 @@ class ReSGLD(LangevinSettings):
             self._record(state, k, accept_list, rejection)
             n_accepted, n_offered = n_accepted + sum(accept_list), n_offered + len(accept_list)
             if any(accept_list):
+                if grads is None:
+                    grads = [{n: g[level_rows(j, width)] for n, g in stacked.items()}
+                             for j in range(K)]
                 grads = self._exchange(state, k, accept if batched else None, grads, active)
         if swapped_pair0 and active is not None:  # the new cold particles: a full gradient
             _, grads[0] = gradients(energy, state.chains[0], batch, None, state.sampling, index)
         if together:  # the gradients as computed, or re-stacked after an exchange
-            self._move_together(state, stacked if n_accepted == 0 else grads, generator)
+            self._move_together(state, stacked if grads is None else grads, generator)
         else:
             for k, chain in enumerate(state.chains):
                 lr = self.step_size if k == 0 else self.hot_lr
