@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch.utils import benchmark
+from torch.utils.flop_counter import FlopCounterMode
 
 import bdeeponet
 from bdeeponet import GaussianEnergy, OperatorData, TrainConfig
@@ -158,14 +159,32 @@ def fmt_ms(values: list[float]) -> str:
     return f"{1e3 * med:.3f} [{1e3 * q25:.3f}, {1e3 * q75:.3f}]"
 
 
+def flops_per_call(fn: Callable[[], object], calls: int = 20) -> float:
+    """Floating-point operations per call of ``fn`` in matrix products (the arithmetic that
+    grows with the particles; elementwise work is not counted), by
+    ``torch.utils.flop_counter``, the mean over ``calls`` calls (m-reSGLD draws which net
+    its hot replica trains)."""
+    with FlopCounterMode(display=False) as counter:
+        for _ in range(calls):
+            fn()
+    return float(counter.get_total_flops()) / calls
+
+
 def print_ratio_table(times: dict[str, list[float]], baseline: str, first: str,
-                      width: int = 36) -> None:
-    """ms per call [IQR] of each variant and its within-round ratio to ``baseline``."""
+                      width: int = 36, flops: dict[str, float] | None = None) -> None:
+    """ms per call [IQR] of each variant and its within-round ratio to ``baseline``; with
+    ``flops``, each variant's matrix-product MFLOP per call and their ratio to the baseline's
+    (the ratio the time would have if every step were arithmetic-bound)."""
     head = f"{first:<{width}}{'ms / iteration [IQR]':>26}{f'x {baseline} [IQR]':>22}"
+    if flops:
+        head += f"{'MFLOP':>8}{'x':>6}"
     print(head)
     print("-" * len(head))
     for label, t in times.items():
-        print(f"{label:<{width}}{fmt_ms(t):>26}{fmt_ratio(ratio(t, times[baseline])):>22}")
+        row = f"{label:<{width}}{fmt_ms(t):>26}{fmt_ratio(ratio(t, times[baseline])):>22}"
+        if flops:
+            row += f"{flops[label] / 1e6:>8.1f}{flops[label] / flops[baseline]:>6.2f}"
+        print(row)
 
 
 def timed_table(data: OperatorData, runs: dict[str, Chain], rounds: int, min_run_time: float,
@@ -173,10 +192,11 @@ def timed_table(data: OperatorData, runs: dict[str, Chain], rounds: int, min_run
     """Time each run's ``step`` in interleaved rounds and print the ratio table, under a line
     naming the problem, its size and the device."""
     times = interleaved({k: r.step for k, r in runs.items()}, rounds, min_run_time)
+    flops = {k: flops_per_call(r.step) for k, r in runs.items()}
     n_points, dim_y = data.y.shape
     print(f"\n{data.meta.get('problem', '?')}: P = {n_points} query points (d = {dim_y}), "
           f"{batch}; {rounds} rounds; device {device}")
-    print_ratio_table(times, baseline, first)
+    print_ratio_table(times, baseline, first, flops=flops)
 
 
 def parser_for(doc: str):

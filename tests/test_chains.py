@@ -11,7 +11,7 @@ from bdeeponet import TrainConfig, generate, get_problem, train
 from bdeeponet.checks import LinearOperator
 from bdeeponet.energy import GaussianEnergy, autograd_value_and_grad, fan_in_prior
 from bdeeponet.model import DeepONet, ModelConfig, parameter_groups
-from bdeeponet.samplers import AdamDropout, DeepEnsemble, ReSGLD
+from bdeeponet.samplers import AdamDropout, DeepEnsemble, MReSGLD, ReSGLD
 from bdeeponet.samplers.langevin import Chain
 
 torch.set_num_threads(1)
@@ -54,6 +54,29 @@ def test_batched_hand_written_gradient_equals_autograd_chain_by_chain(variant, a
         assert torch.allclose(v.total[c], v_ref.total, rtol=1e-12)
         for n in names:
             assert torch.allclose(grads[n][c], g_ref[n], rtol=1e-10, atol=1e-12), (c, n)
+
+
+@pytest.mark.parametrize("group", ["branch", "trunk"])
+@pytest.mark.parametrize("shared_input", [False, True])
+def test_partial_gradients_are_the_full_ones_on_the_first_chains(group, shared_input):
+    """``partial = (a net's names, r)``: those gradients for the first r chains only, equal
+    to the full gradient's rows; the other net's for every chain. A split net is refused."""
+    model, params, g = _deeponet()
+    y = torch.rand(11, 2, generator=g, dtype=torch.float64)
+    u = torch.randn(6, 7, generator=g, dtype=torch.float64)
+    s = torch.randn(C, 6, 11, generator=g, dtype=torch.float64)
+    if not shared_input:
+        u = u + torch.randn(C, 6, 7, generator=g, dtype=torch.float64)
+    energy = GaussianEnergy(model, y, n_total=60, noise_std=0.3, prior_std=fan_in_prior(model))
+    names, some = list(params), parameter_groups(model)[group]
+    v_full, full = energy.value_and_grad(params, (u, s), names)
+    v, part = energy.value_and_grad(params, (u, s), names, partial=(some, 2))
+    assert torch.equal(v.total, v_full.total)
+    for n in names:
+        want = full[n][:2] if n in some else full[n]
+        assert part[n].shape == want.shape and torch.allclose(part[n], want, rtol=1e-12), n
+    with pytest.raises(ValueError, match="whole branch net"):
+        energy.value_and_grad(params, (u, s), names, partial=(["branch.0.weight"], 2))
 
 
 def test_any_model_is_vmapped_over_chains_by_autograd():
@@ -214,16 +237,18 @@ def test_the_command_line_trains_chains_and_says_when_they_disagree(data, tmp_pa
     assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "bad").exists()
 
 
+@pytest.mark.parametrize("method", ["resgld", "mresgld"])
 @pytest.mark.parametrize(("chains", "replicas"), [(None, 2), (2, 2), (None, 3)])
 @pytest.mark.parametrize("draw", [0.0, 1.0])
-def test_replica_levels_stepped_as_one_batch_equal_their_own_steps(chains, replicas, draw,
-                                                                   monkeypatch):
+def test_replica_levels_stepped_as_one_batch_equal_their_own_steps(method, chains, replicas,
+                                                                   draw, monkeypatch):
     """reSGLD's levels evaluated and moved as one batch (``state.together``) take the steps
     each level takes alone (``together`` None: one pass per level), each with its own step
-    and temperature, a certain swap included, and with a ladder whose temperatures adapt.
-    Every draw of ``torch.randn`` is replaced by ``draw`` so that the two are compared step
-    for step whatever order they draw in: 0 compares the drift, 1 the drift plus each
-    level's noise scale ``sqrt(2 η τ) M^½``."""
+    and temperature, a certain swap included, and with a ladder whose temperatures adapt;
+    so do m-reSGLD's, whose hot levels train one net a step (the batch differentiates the
+    other net on the cold rows only). Every draw of ``torch.randn`` is replaced by ``draw``
+    so that the two are compared step for step whatever order they draw in: 0 compares the
+    drift, 1 the drift plus each level's noise scale ``sqrt(2 η τ) M^½``."""
     model = DeepONet(ModelConfig(n_sensors=7, dim_y=1, width=9, depth=2, latent=5))
     g = torch.Generator().manual_seed(4)
     u, y = torch.randn(40, 7, generator=g), torch.rand(6, 1, generator=g)
@@ -232,8 +257,10 @@ def test_replica_levels_stepped_as_one_batch_equal_their_own_steps(chains, repli
     base = {n: p.detach() for n, p in model.named_parameters()}
     start = base if chains is None else {
         n: p[None] + 0.1 * torch.randn(chains, *p.shape, generator=g) for n, p in base.items()}
-    sampler = ReSGLD(lr_hot=0.02, tau2=3.0, fisher_samples=2, replicas=replicas,
-                     adapt_steps=4 if replicas > 2 else 0)
+    settings = dict(lr_hot=0.02, tau2=3.0, fisher_samples=2, replicas=replicas,
+                    adapt_steps=4 if replicas > 2 else 0)
+    sampler = ReSGLD(**settings) if method == "resgld" else \
+        MReSGLD(**settings, groups=parameter_groups(model), c=0.5)
     states = []
     for _ in range(2):
         state = sampler.init(start, chains=chains)
@@ -241,13 +268,15 @@ def test_replica_levels_stepped_as_one_batch_equal_their_own_steps(chains, repli
         state.chains[0].flat.add_(0.3)  # the cold particles far off: the first swap is certain
         states.append(state)
     states[1].together = None
-    assert ReSGLD._together(states[0], None) and not ReSGLD._together(states[1], None)
+    active = sampler.hot_active(states[0], torch.Generator())
+    assert (active is None) == (method == "resgld")
+    assert ReSGLD._together(states[0], energy, active) and not ReSGLD._together(states[1], energy, active)
     monkeypatch.setattr(torch, "randn", lambda size, **kw: torch.full(
         size, draw, dtype=kw.get("dtype") or torch.float32, device=kw.get("device")))
     swaps = []
     for state in states:
         gen = torch.Generator().manual_seed(6)
-        for _ in range(6):  # on all 40 functions: exact energies, no variance to correct for
+        for _ in range(8):  # on all 40 functions: exact energies, no variance to correct for
             rows = torch.arange(40) if chains is None else torch.arange(40).expand(chains, 40)
             sampler.step(state, energy, (u[rows], s[rows]), gen, index=rows)
         swaps.append(state.accepted[0])

@@ -81,24 +81,32 @@ class GaussianEnergy:
         scale = self.n_total / u.shape[-2]
         return EnergyValue(prior + scale * terms.sum(-1), terms.detach(), scale, self.n_total)
 
-    def value_and_grad(self, params: Params, batch, names: list[str]):
+    def value_and_grad(self, params: Params, batch, names: list[str],
+                       partial: tuple[list[str], int] | None = None):
         """``(Û, {name: ∂Û/∂θ})`` for ``names``. A model with ``forward_backward`` (the
         DeepONet) gets its gradient by hand, without an autograd graph; any other model goes
-        through autograd with only ``names`` requiring grad."""
+        through autograd with only ``names`` requiring grad.
+
+        ``partial = (some, r)`` (C chains): the gradients of the tensors ``some`` are wanted
+        for the first r chains only (m-reSGLD's cold level of a batch of levels); the
+        DeepONet then skips their backward pass on the other chains, any other model has
+        its full gradient cut."""
         fb = getattr(self.model, "forward_backward", None)
         if fb is None:
-            return autograd_value_and_grad(self, params, batch, names)
+            value, grads = autograd_value_and_grad(self, params, batch, names)
+            return value, first_chains(grads, partial)
         u, s = batch
         with torch.no_grad():
-            pred, backward = fb(params, u, self.y, names)
+            pred, backward = fb(params, u, self.y, names, partial)
             r = pred.sub_(s)
             terms = (r * r).sum(dim=-1) / (2 * self.noise_std**2)
             scale = self.n_total / u.shape[-2]
             grads = backward(r.mul_(scale / self.noise_std**2))
             if pred.dim() == 3:  # C chains: one energy each, (C,)
                 prior = self._chain_priors(params)
+                at = first_chains(params, partial)
                 torch._foreach_add_(list(grads.values()), torch._foreach_mul(
-                    [params[n] for n in grads], [self.prior_precision(n) for n in grads]))
+                    [at[n] for n in grads], [self.prior_precision(n) for n in grads]))
             elif isinstance(self.prior_std, dict):
                 norms = torch.stack(torch._foreach_norm(list(params.values())))
                 prec = self._precision_vector(list(params), norms)
@@ -135,6 +143,14 @@ class GaussianEnergy:
                 torch.full((r.shape[1],), self.prior_precision(n), dtype=flat.dtype, device=flat.device)
                 for n, r in zip(params, rows, strict=True)])
         return flat.square() @ cache[key]
+
+
+def first_chains(tensors: dict[str, torch.Tensor], partial: tuple[list[str], int] | None) -> dict:
+    """``tensors`` with those named in ``partial = (names, r)`` cut to their first r chains."""
+    if partial is None:
+        return tensors
+    some, r = set(partial[0]), partial[1]
+    return {n: t[:r] if n in some else t for n, t in tensors.items()}
 
 
 def n_chains(model: torch.nn.Module, params: Params) -> int | None:

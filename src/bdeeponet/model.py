@@ -277,7 +277,8 @@ class DeepONet(nn.Module):
         return pred
 
     def forward_backward(
-        self, params, u: torch.Tensor, y: torch.Tensor, names: list[str]
+        self, params, u: torch.Tensor, y: torch.Tensor, names: list[str],
+        partial: tuple[list[str], int] | None = None,
     ) -> tuple[torch.Tensor, Callable[[torch.Tensor], dict[str, torch.Tensor]]]:
         """The output (n, P) and a function that maps ``dL/d output`` to ``dL/dθ`` for the
         parameters ``names`` only, by the chain rule written out (no autograd graph).
@@ -286,12 +287,16 @@ class DeepONet(nn.Module):
         dL/d output``; B's tape starts at the standardised u, T's at φ(y).
 
         A net none of whose parameters is in ``names`` keeps no activations and gets no
-        backward pass: that is m-reSGLD's saving on the hot particle.
+        backward pass: that is m-reSGLD's saving on the hot particle. ``partial = (some,
+        r)`` (C chains only): the tensors ``some`` get their gradient for the first r chains
+        only, and the nets they make up are walked back over those rows only (m-reSGLD's
+        levels in one batch: the cold level trains both nets, the hot ones one).
         """
         need = tuple(net for net in ("branch", "trunk")
                      if any(n.startswith(net + ".") for n in names))
+        rows = self._partial_rows(params, partial)
         with torch.no_grad():
-            pred, tapes = self._forward(params, u, y, need)
+            pred, tapes = self._forward(params, u, y, need, rows.get("trunk"))
 
         s_scale = self.config.s_scale
 
@@ -299,44 +304,66 @@ class DeepONet(nn.Module):
             with torch.no_grad():
                 if s_scale != 1.0:
                     dout = dout * s_scale  # not in place: dout is the caller's tensor
-                grads = {"bias": dout.sum((-2, -1))}
+                grads = {"bias": _first(dout, rows.get("bias")).sum((-2, -1))}
                 (b, b_tape), (t, t_tape) = tapes["branch"], tapes["trunk"]
                 if "branch" in need:
-                    self._backprop("branch", b_tape, dout @ t, params, grads)
+                    r = rows.get("branch")
+                    self._backprop("branch", b_tape, _first(dout, r) @ _first(t, r), params, grads, r)
                 if "trunk" in need:
-                    self._backprop("trunk", t_tape, dout.mT @ b, params, grads)
+                    r = rows.get("trunk")
+                    self._backprop("trunk", t_tape, _first(dout, r).mT @ _first(b, r), params, grads, r)
             return {n: grads[n] for n in names}
 
         return pred, backward
 
-    def _forward(self, params, u, y, need):
+    def _partial_rows(self, params, partial) -> dict[str, int]:
+        """``{net or "bias": r}`` for the nets (and the output bias) whose tensors are all in
+        ``partial = (names, r)``; ValueError if ``partial`` splits a net or the parameters
+        hold one chain."""
+        if partial is None:
+            return {}
+        some, r = set(partial[0]), partial[1]
+        if params["bias"].dim() == 0:
+            raise ValueError("partial gradients need the parameters of several chains")
+        plan, out = self._plan(), {}
+        for net in ("branch", "trunk"):
+            members = {n for kind, w, b in plan[net] if kind == "linear" for n in (w, b)}
+            if members & some and not members <= some:
+                raise ValueError(f"partial gradients must take the whole {net} net or none of it")
+            if members <= some:
+                out[net] = r
+        if "bias" in some:
+            out["bias"] = r
+        return out
+
+    def _forward(self, params, u, y, need, trunk_rows: int | None = None):
         """Output and, per net, ``(output, tape)``: the tape (inputs of each step) is kept
-        for the nets in ``need``.
+        for the nets in ``need``; with ``trunk_rows`` r (C chains), the trunk's tape holds
+        its first r chains only.
 
         When the trunk is not needed and none of its tensors requires grad (m-reSGLD's hot
         particle on a branch-only step), its output is reused from the previous call if that
         call had the same ``y`` object (not written in place since) and trunk tensors of
         exactly equal values (compared element by element, a few microseconds): a frozen
-        trunk then costs neither its backward nor its forward.
+        trunk then costs neither its backward nor its forward. The same holds for the
+        chains after the first ``trunk_rows`` (m-reSGLD's hot levels in one batch with the
+        cold one, on a branch-only step).
         """
         plan = self._plan()
         b_tape = [] if "branch" in need else None
         b = self._run(plan["branch"], params, self.branch_input(u), b_tape)
-        trunk = [params[n] for n in self._trunk_names]
-        if "trunk" in need or any(t.requires_grad for t in trunk):  # (the trunk has no dropout)
+        trunk = {n: params[n] for n in self._trunk_names}
+        if trunk_rows is not None:
+            t_tape = []
+            first = self._run(plan["trunk"], {n: p[:trunk_rows] for n, p in trunk.items()},
+                              self.trunk_input(y), t_tape)
+            t = torch.cat([first, self._frozen_trunk({n: p[trunk_rows:] for n, p in trunk.items()}, y)])
+        elif "trunk" in need or any(t.requires_grad for t in trunk.values()):  # (no dropout)
             t_tape = [] if "trunk" in need else None
             t = self._run(plan["trunk"], params, self.trunk_input(y), t_tape)
         else:
             t_tape = None
-            cached = self.__dict__.get("_trunk_cache")
-            hit = (cached is not None and cached[0] is y and cached[1] == y._version
-                   and all(torch.equal(a, b) for a, b in zip(cached[2], trunk, strict=True)))
-            if not hit:
-                with torch.no_grad():
-                    cached = (y, y._version, [p.detach().clone() for p in trunk],
-                              self._run(plan["trunk"], params, self.trunk_input(y), None))
-                self.__dict__["_trunk_cache"] = cached
-            t = cached[3]
+            t = self._frozen_trunk(trunk, y)
         c, bias = self.config, params["bias"]
         if c.s_shift != 0.0 or c.s_scale != 1.0:  # skipped by default: a step is ~op-bound
             bias = c.s_shift + c.s_scale * bias
@@ -345,6 +372,21 @@ class DeepONet(nn.Module):
         else:
             pred = torch.addmm(bias, b, t.t(), alpha=c.s_scale)  # s_shift + s_scale (B T^T + bias)
         return pred, {"branch": (b, b_tape), "trunk": (t, t_tape)}
+
+    def _frozen_trunk(self, trunk: dict[str, torch.Tensor], y: torch.Tensor) -> torch.Tensor:
+        """The trunk's output for the tensors ``trunk``, kept from the previous call when
+        that call had the same ``y`` (not written since) and equal tensors (see
+        :meth:`_forward`)."""
+        cached = self.__dict__.get("_trunk_cache")
+        hit = (cached is not None and cached[0] is y and cached[1] == y._version
+               and all(a.shape == b.shape and torch.equal(a, b)
+                       for a, b in zip(cached[2], trunk.values(), strict=True)))
+        if not hit:
+            with torch.no_grad():
+                cached = (y, y._version, [p.detach().clone() for p in trunk.values()],
+                          self._run(self._plan()["trunk"], trunk, self.trunk_input(y), None))
+            self.__dict__["_trunk_cache"] = cached
+        return cached[3]
 
     def _plan(self):
         """Per net, its steps: ``("linear", weight name, bias name)``, ``("act", name, fn)``
@@ -389,22 +431,31 @@ class DeepONet(nn.Module):
                 tape.append(entry)
         return x
 
-    def _backprop(self, net: str, tape: list, dh: torch.Tensor, params, grads: dict) -> None:
-        """Walk ``net`` backwards from ``dh = dL/d(net output)``, filling ``grads``."""
+    def _backprop(self, net: str, tape: list, dh: torch.Tensor, params, grads: dict,
+                  rows: int | None = None) -> None:
+        """Walk ``net`` backwards from ``dh = dL/d(net output)``, filling ``grads``; with
+        ``rows`` (C chains), over the first ``rows`` chains only (``dh`` already cut)."""
         steps = self._plan()[net]
         for i in range(len(steps) - 1, -1, -1):
             kind, a, b = steps[i]
             entry = tape[i]
             if kind == "act":
-                dh = _activation_grad(a, dh, *entry)
+                dh = _activation_grad(a, dh, *(_first(x, rows) for x in entry))
             elif kind == "dropout":
                 if entry is not None:
-                    dh = dh * entry
+                    dh = dh * _first(entry, rows)
             else:
-                grads[a] = dh.mT @ entry  # (C chains: (C, out, in), also from a shared input)
+                # (C chains: (C, out, in), also from a shared input)
+                grads[a] = dh.mT @ _first(entry, rows)
                 grads[b] = dh.sum(-2)
                 if i > 0:  # the input's gradient is never needed
-                    dh = dh @ params[a]
+                    dh = dh @ _first(params[a], rows)
+
+
+def _first(x: torch.Tensor, rows: int | None) -> torch.Tensor:
+    """The first ``rows`` chains of a batched tensor (3-D: chains first; a 2-D one is
+    shared by all chains and kept whole); ``x`` itself for ``rows`` None."""
+    return x if rows is None or x.dim() < 3 else x[:rows]
 
 
 def parameter_groups(model: nn.Module) -> dict[str, list[str]]:

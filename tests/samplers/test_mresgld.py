@@ -58,6 +58,41 @@ def test_hot_replica_updates_one_group_and_never_differentiates_the_other(metric
     assert seen == {"branch", "trunk"}
 
 
+def test_levels_in_one_batch_walk_the_untrained_net_back_on_the_cold_rows_only(monkeypatch):
+    """With the DeepONet's own gradient the levels share one pass (the default Kronecker
+    metric): each step one net is walked back over both levels' rows and the other over
+    the cold level's only, and the hot level moves only the net walked over its rows."""
+    model, energy, batch, g = setup()
+    groups = parameter_groups(model)
+    sampler = MReSGLD(lr=1e-3, tau2=1e6, groups=groups, c=0.5, fisher_samples=2)
+    state = sampler.init({n: p.detach() for n, p in model.named_parameters()})
+    sampler.end_burn_in(state, energy, batch, g)
+    with torch.no_grad():  # a hot particle far uphill: no swaps
+        state.chains[1].flat.add_(3.0)
+    walked, backprop = [], DeepONet._backprop
+
+    def spy(self, net, tape, dh, params, grads, rows=None):
+        walked.append((net, dh.shape[0]))  # dh: (levels' rows, n, out)
+        return backprop(self, net, tape, dh, params, grads, rows)
+
+    monkeypatch.setattr(DeepONet, "_backprop", spy)
+    index, seen = torch.arange(batch[0].shape[0]), set()
+    for _ in range(30):
+        hot = state.chains[1]
+        before = {n: p.clone() for n, p in hot.params.items()}
+        walked.clear()
+        sampler.step(state, energy, batch, g, index=index)
+        assert state.n_swaps == 0
+        both = [net for net, rows in walked if rows == 2]
+        cold = [net for net, rows in walked if rows == 1]
+        assert len(both) == len(cold) == 1 and {*both, *cold} == {"branch", "trunk"}, walked
+        for n in groups[cold[0]]:
+            assert torch.equal(hot.params[n], before[n]), n
+        assert all(not torch.equal(hot.params[n], before[n]) for n in groups[both[0]])
+        seen.add(both[0])
+    assert seen == {"branch", "trunk"}
+
+
 class GradRecorder:
     """A plain-function energy (no ``value_and_grad``, so ``energy_and_grads`` goes through
     autograd) that records, per call, which parameters required grad, and registers a

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..energy import EnergyValue, Params, autograd_value_and_grad
+from ..energy import EnergyValue, GaussianEnergy, Params, autograd_value_and_grad, first_chains
 
 
 class Chain:
@@ -177,19 +177,32 @@ def freeze(preconds: list[Preconditioner]) -> None:
 
 
 def energy_and_grads(
-    energy, params: Params, batch, active: list[str] | None = None
+    energy, params: Params, batch, active: list[str] | None = None,
+    partial: tuple[list[str], int] | None = None,
 ) -> tuple[EnergyValue, dict[str, torch.Tensor]]:
     """Evaluate Û on ``batch`` and its gradient for the ``active`` names only (default all).
 
     The energy's own ``value_and_grad`` is used when it has one (GaussianEnergy: a
     hand-written backward for the DeepONet); any other callable goes through autograd.
     Either way nothing is computed for the inactive tensors (m-reSGLD's saving).
+    ``partial = (names, r)`` (C chains): those tensors' gradients for the first r chains
+    only; an energy whose ``value_and_grad`` takes ``partial`` (GaussianEnergy) skips the
+    rest, any other has its full gradient cut.
     """
     names = list(params) if active is None else active
     vg = getattr(energy, "value_and_grad", None)
-    if vg is not None:
-        return vg(params, batch, names)
-    return autograd_value_and_grad(energy, params, batch, names)
+    if partial is not None and skips_partial_backward(energy):
+        return vg(params, batch, names, partial)
+    value, grads = (autograd_value_and_grad(energy, params, batch, names) if vg is None
+                    else vg(params, batch, names))
+    return value, first_chains(grads, partial)
+
+
+def skips_partial_backward(energy) -> bool:
+    """Whether :func:`energy_and_grads` with ``partial`` skips the backward pass of the
+    chains it is not asked for (the DeepONet's hand-written gradient) rather than computing
+    every gradient and cutting it."""
+    return isinstance(energy, GaussianEnergy) and hasattr(energy.model, "forward_backward")
 
 
 @torch.no_grad()

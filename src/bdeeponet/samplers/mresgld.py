@@ -2,11 +2,13 @@
 
 Identical to :class:`~.resgld.ReSGLD` during burn-in. Afterwards the hot particle updates
 only one parameter group per step: the first group (the DeepONet branch) with probability
-``c``, otherwise the second (the trunk). The frozen group's tensors do not require grad, so
-its backward pass is never computed: that is the whole saving (at most 25% of reSGLD for two
-equal nets, paper Section 4). The cold particle always takes full steps. Because the two
-particles' gradient noise now differs, each level's estimator variance σ_j² is tracked
-separately (``ReplicaState.replica_var``).
+``c``, otherwise the second (the trunk). The frozen group's backward pass is never computed
+for it: that is the whole saving (at most 25% of reSGLD for two equal nets, paper Section
+4). With the DeepONet's own gradient both particles share one pass, in which the frozen net
+is walked back over the cold particle's rows only; any other energy gives the hot particle
+a pass of its own in which the frozen tensors do not require grad. The cold particle always
+takes full steps. Because the two particles' gradient noise now differs, each level's
+estimator variance σ_j² is tracked separately (``ReplicaState.replica_var``).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ invariant, is the same target as the paper's "move, then swap" order and costs n
 forward pass. All levels' particles live in one batch (``ReplicaState.together``, each
 level a view of its rows): with the Kronecker metric and no control variate one pass over
 that batch gives every energy and gradient and one metric step moves every level at its own
-step and temperature; m-reSGLD's hot half-steps take a pass per level (their saving is the
-backward pass they skip).
+step and temperature. m-reSGLD's hot half-steps share that pass: the net they do not train
+is walked back over the cold level's rows only, and moved on the cold level only.
 
 With K = 2 (the paper's algorithm) the pair is offered a swap every step. With K > 2 the
 swaps follow the deterministic even-odd scheme of non-reversible parallel tempering (Syed,
@@ -44,6 +44,7 @@ from .langevin import (
     energy_and_grads,
     freeze,
     level_rows,
+    skips_partial_backward,
 )
 from .sgld import LangevinSettings, Sampling, gradients, move, sampling_report, start_sampling
 from .swap import (
@@ -180,10 +181,10 @@ class ReSGLD(LangevinSettings):
             return {"energy": e, "energy_hot": e}
         K = len(state.chains)
         active = self.hot_active(state, generator)
-        together = self._together(state, active)
+        together = self._together(state, energy, active)
         width = state.chains[0].n_chains
         if together:  # each level's own gradients are cut out only if a swap needs them
-            values, stacked = self._gradients_together(state, energy, batch)
+            values, stacked = self._gradients_together(state, energy, batch, active)
             grads = None
         else:
             evals = [gradients(energy, chain, batch, None if k == 0 else active, state.sampling,
@@ -218,14 +219,14 @@ class ReSGLD(LangevinSettings):
             self._record(state, k, accept_list, rejection)
             n_accepted, n_offered = n_accepted + sum(accept_list), n_offered + len(accept_list)
             if any(accept_list):
-                if grads is None:
-                    grads = [{n: g[level_rows(j, width)] for n, g in stacked.items()}
-                             for j in range(K)]
+                if grads is None:  # level j's rows (the hot levels': the names they train)
+                    grads = [{n: g[level_rows(j, width)] for n, g in stacked.items()
+                              if j == 0 or active is None or n in active} for j in range(K)]
                 grads = self._exchange(state, k, accept if batched else None, grads, active)
         if swapped_pair0 and active is not None:  # the new cold particles: a full gradient
             _, grads[0] = gradients(energy, state.chains[0], batch, None, state.sampling, index)
         if together:  # the gradients as computed, or re-stacked after an exchange
-            self._move_together(state, stacked if grads is None else grads, generator)
+            self._move_together(state, stacked if grads is None else grads, active, generator)
         else:
             for k, chain in enumerate(state.chains):
                 lr = self.step_size if k == 0 else self.hot_lr
@@ -241,42 +242,58 @@ class ReSGLD(LangevinSettings):
         }
 
     @staticmethod
-    def _together(state: ReplicaState, active: list[str] | None) -> bool:
-        """Whether this step evaluates and moves all levels as one batch: every level takes
-        a full step (not m-reSGLD's hot half-steps, whose saving is the backward pass they
-        skip), under the Kronecker metric the levels share, without the control variate."""
-        return (state.together is not None and active is None and state.sampling is not None
-                and state.sampling.cv is None)
+    def _together(state: ReplicaState, energy, active: list[str] | None) -> bool:
+        """Whether this step evaluates and moves all levels as one batch: under the
+        Kronecker metric the levels share, without the control variate. m-reSGLD's hot
+        half-steps join the batch where the energy's backward pass can skip the hot rows
+        of the net they do not train (the DeepONet's); elsewhere they take a pass of their
+        own, which differentiates only the trained net."""
+        return (state.together is not None and state.sampling is not None
+                and state.sampling.cv is None
+                and (active is None or skips_partial_backward(energy)))
 
     @staticmethod
-    def _gradients_together(state: ReplicaState, energy, batch) -> tuple[list, dict]:
+    def _gradients_together(state: ReplicaState, energy, batch,
+                            active: list[str] | None) -> tuple[list, dict]:
         """Every level's energy, and the gradients of all levels' particles (rows as in
         ``state.together``), from one forward and backward pass over the batch of all K
         levels (they share the minibatch; C chains' batch (C, n, ...) is repeated for each
-        level)."""
+        level). With m-reSGLD's ``active`` names, the other tensors' gradients are computed
+        for the cold level's rows only: the hot levels' backward pass skips that net."""
         K, width = len(state.chains), state.chains[0].n_chains
         if width is not None:
             batch = tuple(x.repeat(K, *[1] * (x.dim() - 1)) for x in batch)
-        value, grads = energy_and_grads(energy, state.together.params, batch)
+        params = state.together.params
+        partial = None if active is None else ([n for n in params if n not in active], width or 1)
+        value, grads = energy_and_grads(energy, params, batch, partial=partial)
         total, terms = (value.total, value.terms) if width is None else \
             (value.total.view(K, width), value.terms.view(K, width, -1))
         return [EnergyValue(total[k], terms[k], value.scale, value.n_total) for k in range(K)], grads
 
-    def _move_together(self, state: ReplicaState, grads: dict | list, generator) -> None:
+    def _move_together(self, state: ReplicaState, grads: dict | list, active: list[str] | None,
+                       generator) -> None:
         """One Langevin step of every level at once: the shared metric broadcast over the
-        levels, each with its own step (capped as the cold one's) and temperature.
-        ``grads``: stacked as in ``state.together``, or a list of the levels' own."""
+        levels, each with its own step (capped as the cold one's) and temperature; with
+        m-reSGLD's ``active`` names, the other tensors step on the cold level only.
+        ``grads``: as :meth:`_gradients_together` gives them, or a list of the levels' own."""
         K, width = len(state.chains), state.chains[0].n_chains
         sampling, chain = state.sampling, state.together
         lr = tuple(min(self.step_size if k == 0 else self.hot_lr, sampling.max_lr) for k in range(K))
+        params = chain.params
         if isinstance(grads, list):
             join = torch.stack if width is None else torch.cat
-            grads = {n: join([g[n] for g in grads]) for n in grads[0]}
-        params = chain.params
+            every = {n: join([g[n] for g in grads]) for n in grads[-1]}
+            cold = {n: g for n, g in grads[0].items() if n not in every}
+        else:
+            every = {n: g for n, g in grads.items() if active is None or n in active}
+            cold = {n: g[level_rows(0, width)] for n, g in grads.items() if n not in every}
         if width is not None:  # C chains' stacked metric: parameters and gradients (K, C, ...)
             params = {n: p.view(K, width, *p.shape[1:]) for n, p in params.items()}
-            grads = {n: g.view(K, width, *g.shape[1:]) for n, g in grads.items()}
-        sampling.metric.step(params, grads, lr, tuple(state.taus), generator)
+            every = {n: g.view(K, width, *g.shape[1:]) for n, g in every.items()}
+        sampling.metric.step(params, every, lr, tuple(state.taus), generator)
+        if cold:
+            sampling.metric.step({n: params[n][0] for n in cold}, cold, lr[0], state.taus[0],
+                                 generator)
         for level in state.chains:
             level.step += 1
 
