@@ -29,6 +29,19 @@ def _deeponet(activation="tanh", **extra):
     return model, params, g
 
 
+def _deeponet_energy(shared_input: bool, activation="tanh", **extra):
+    """A C-chain DeepONet, its energy on 11 query points and a batch of 6 functions (u shared
+    by the chains or one per chain)."""
+    model, params, g = _deeponet(activation, **extra)
+    y = torch.rand(11, 2, generator=g, dtype=torch.float64)
+    u = torch.randn(6, 7, generator=g, dtype=torch.float64)
+    s = torch.randn(C, 6, 11, generator=g, dtype=torch.float64)
+    if not shared_input:
+        u = u + torch.randn(C, 6, 7, generator=g, dtype=torch.float64)
+    energy = GaussianEnergy(model, y, n_total=60, noise_std=0.3, prior_std=fan_in_prior(model))
+    return model, params, energy, (u, s)
+
+
 @pytest.mark.parametrize("variant", [{}, {"s_shift": -1.3, "s_scale": 0.2, "u_shift": 0.7,
                                           "u_scale": 2.5, "periodic": ((1, 0.5),)}],
                          ids=["plain", "standardised-periodic"])
@@ -37,13 +50,7 @@ def _deeponet(activation="tanh", **extra):
 @pytest.mark.parametrize("shared_input", [False, True])
 def test_batched_hand_written_gradient_equals_autograd_chain_by_chain(variant, activation, group,
                                                                       shared_input):
-    model, params, g = _deeponet(activation, **variant)
-    y = torch.rand(11, 2, generator=g, dtype=torch.float64)
-    u = torch.randn(6, 7, generator=g, dtype=torch.float64)
-    s = torch.randn(C, 6, 11, generator=g, dtype=torch.float64)
-    if not shared_input:
-        u = u + torch.randn(C, 6, 7, generator=g, dtype=torch.float64)
-    energy = GaussianEnergy(model, y, n_total=60, noise_std=0.3, prior_std=fan_in_prior(model))
+    model, params, energy, (u, s) = _deeponet_energy(shared_input, activation, **variant)
     names = list(params) if group is None else parameter_groups(model)[group]
     v, grads = energy.value_and_grad(params, (u, s), names)
     assert v.total.shape == (C,) and v.terms.shape == (C, 6)
@@ -61,13 +68,7 @@ def test_batched_hand_written_gradient_equals_autograd_chain_by_chain(variant, a
 def test_partial_gradients_are_the_full_ones_on_the_first_chains(group, shared_input):
     """``partial = (a net's names, r)``: those gradients for the first r chains only, equal
     to the full gradient's rows; the other net's for every chain. A split net is refused."""
-    model, params, g = _deeponet()
-    y = torch.rand(11, 2, generator=g, dtype=torch.float64)
-    u = torch.randn(6, 7, generator=g, dtype=torch.float64)
-    s = torch.randn(C, 6, 11, generator=g, dtype=torch.float64)
-    if not shared_input:
-        u = u + torch.randn(C, 6, 7, generator=g, dtype=torch.float64)
-    energy = GaussianEnergy(model, y, n_total=60, noise_std=0.3, prior_std=fan_in_prior(model))
+    model, params, energy, (u, s) = _deeponet_energy(shared_input)
     names, some = list(params), parameter_groups(model)[group]
     v_full, full = energy.value_and_grad(params, (u, s), names)
     v, part = energy.value_and_grad(params, (u, s), names, partial=(some, 2))
