@@ -12,7 +12,7 @@ from bdeeponet.checks import LinearOperator
 from bdeeponet.energy import GaussianEnergy, autograd_value_and_grad, fan_in_prior
 from bdeeponet.model import DeepONet, ModelConfig, parameter_groups
 from bdeeponet.samplers import AdamDropout, DeepEnsemble, MReSGLD, ReSGLD
-from bdeeponet.samplers.langevin import Chain
+from bdeeponet.samplers.langevin import Chain, energy_and_grads
 
 torch.set_num_threads(1)
 C = 3
@@ -78,6 +78,15 @@ def test_partial_gradients_are_the_full_ones_on_the_first_chains(group, shared_i
         assert part[n].shape == want.shape and torch.allclose(part[n], want, rtol=1e-12), n
     with pytest.raises(ValueError, match="whole branch net"):
         energy.value_and_grad(params, (u, s), names, partial=(["branch.0.weight"], 2))
+    # the sampler's entry point takes partial only where the backward skips it
+    assert energy_and_grads(energy, params, (u, s), partial=(some, 2))[1].keys() == part.keys()
+    with pytest.raises(ValueError, match="partial gradients need"):
+        energy_and_grads(energy, params, (u, s), partial=(["branch.0.weight"], 2))
+    linear = LinearOperator(7, 11).double()
+    lin_params = {n: p.detach()[None].repeat(C, *[1] * p.dim()) for n, p in linear.named_parameters()}
+    with pytest.raises(ValueError, match="partial gradients need"):
+        energy_and_grads(GaussianEnergy(linear, torch.zeros(11, 1), 60, 0.3), lin_params, (u, s),
+                         partial=(["offset"], 2))
 
 
 def test_any_model_is_vmapped_over_chains_by_autograd():
@@ -239,13 +248,13 @@ def test_the_command_line_trains_chains_and_says_when_they_disagree(data, tmp_pa
 
 
 @pytest.mark.parametrize("method", ["resgld", "mresgld"])
-@pytest.mark.parametrize(("chains", "replicas"), [(None, 2), (2, 2), (None, 3)])
+@pytest.mark.parametrize(("chains", "replicas"), [(None, 2), (2, 2), (None, 3), (2, 3)])
 @pytest.mark.parametrize("draw", [0.0, 1.0])
 def test_replica_levels_stepped_as_one_batch_equal_their_own_steps(method, chains, replicas,
                                                                    draw, monkeypatch):
     """reSGLD's levels evaluated and moved as one batch (``state.together``) take the steps
     each level takes alone (``together`` None: one pass per level), each with its own step
-    and temperature, a certain swap included, and with a ladder whose temperatures adapt;
+    and temperature, a certain swap included, and with ladders whose temperatures adapt;
     so do m-reSGLD's, whose hot levels train one net a step (the batch differentiates the
     other net on the cold rows only). Every draw of ``torch.randn`` is replaced by ``draw``
     so that the two are compared step for step whatever order they draw in: 0 compares the

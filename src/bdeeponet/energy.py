@@ -94,7 +94,7 @@ class GaussianEnergy:
         fb = getattr(self.model, "forward_backward", None)
         if fb is None:
             value, grads = autograd_value_and_grad(self, params, batch, names)
-            return value, first_chains(grads, partial)
+            return value, _first_chains(grads, partial)
         u, s = batch
         with torch.no_grad():
             pred, backward = fb(params, u, self.y, names, partial)
@@ -104,7 +104,7 @@ class GaussianEnergy:
             grads = backward(r.mul_(scale / self.noise_std**2))
             if pred.dim() == 3:  # C chains: one energy each, (C,)
                 prior = self._chain_priors(params)
-                at = first_chains(params, partial)
+                at = _first_chains(params, partial)
                 torch._foreach_add_(list(grads.values()), torch._foreach_mul(
                     [at[n] for n in grads], [self.prior_precision(n) for n in grads]))
             elif isinstance(self.prior_std, dict):
@@ -145,7 +145,7 @@ class GaussianEnergy:
         return flat.square() @ cache[key]
 
 
-def first_chains(tensors: dict[str, torch.Tensor], partial: tuple[list[str], int] | None) -> dict:
+def _first_chains(tensors: dict[str, torch.Tensor], partial: tuple[list[str], int] | None) -> dict:
     """``tensors`` with those named in ``partial = (names, r)`` cut to their first r chains."""
     if partial is None:
         return tensors

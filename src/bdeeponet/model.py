@@ -316,6 +316,16 @@ class DeepONet(nn.Module):
 
         return pred, backward
 
+    def split_net(self, names) -> str | None:
+        """The net (``branch`` or ``trunk``) that ``names`` holds only part of, or None: a
+        partial gradient (``forward_backward``) must take each net whole or not at all."""
+        plan, some = self._plan(), set(names)
+        for net in ("branch", "trunk"):
+            members = {n for kind, w, b in plan[net] if kind == "linear" for n in (w, b)}
+            if members & some and not members <= some:
+                return net
+        return None
+
     def _partial_rows(self, params, partial) -> dict[str, int]:
         """``{net or "bias": r}`` for the nets (and the output bias) whose tensors are all in
         ``partial = (names, r)``; ValueError if ``partial`` splits a net or the parameters
@@ -325,13 +335,10 @@ class DeepONet(nn.Module):
         some, r = set(partial[0]), partial[1]
         if params["bias"].dim() == 0:
             raise ValueError("partial gradients need the parameters of several chains")
-        plan, out = self._plan(), {}
-        for net in ("branch", "trunk"):
-            members = {n for kind, w, b in plan[net] if kind == "linear" for n in (w, b)}
-            if members & some and not members <= some:
-                raise ValueError(f"partial gradients must take the whole {net} net or none of it")
-            if members <= some:
-                out[net] = r
+        split = self.split_net(some)
+        if split is not None:
+            raise ValueError(f"partial gradients must take the whole {split} net or none of it")
+        out = {net: r for net in ("branch", "trunk") if any(n.startswith(net + ".") for n in some)}
         if "bias" in some:
             out["bias"] = r
         return out

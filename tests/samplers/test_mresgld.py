@@ -93,6 +93,31 @@ def test_levels_in_one_batch_walk_the_untrained_net_back_on_the_cold_rows_only(m
     assert seen == {"branch", "trunk"}
 
 
+def test_groups_that_split_a_net_take_a_pass_per_level():
+    """Groups that cut across the branch and trunk (each layer's weight and bias together,
+    as the metric requires) cannot share the batched pass, whose backward skips whole nets:
+    the hot level then takes its own pass and moves only its group."""
+    model, energy, batch, g = setup()
+    names = [n for n, _ in model.named_parameters()]
+    first = [n for n in names if n.startswith(("branch.0.", "trunk.0."))]
+    groups = {"first layers": first, "rest": [n for n in names if n not in first]}
+    sampler = MReSGLD(fisher_samples=2, groups=groups, c=0.5)
+    state = sampler.init({n: p.detach() for n, p in model.named_parameters()})
+    sampler.end_burn_in(state, energy, batch, g)
+    with torch.no_grad():  # a hot particle far uphill: no swaps
+        state.chains[1].flat.add_(3.0)
+    index, seen = torch.arange(batch[0].shape[0]), set()
+    for _ in range(12):
+        active = sampler.hot_active(state, torch.Generator().manual_seed(0))
+        assert not ReSGLD._together(state, energy, active)
+        before = {n: p.clone() for n, p in state.chains[1].params.items()}
+        sampler.step(state, energy, batch, g, index=index)
+        moved = {n for n, p in state.chains[1].params.items() if not torch.equal(p, before[n])}
+        assert moved in (set(first), set(groups["rest"]))
+        seen.add(frozenset(moved))
+    assert len(seen) == 2 and state.n_swaps == 0
+
+
 class GradRecorder:
     """A plain-function energy (no ``value_and_grad``, so ``energy_and_grads`` goes through
     autograd) that records, per call, which parameters required grad, and registers a

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..energy import EnergyValue, GaussianEnergy, Params, autograd_value_and_grad, first_chains
+from ..energy import EnergyValue, GaussianEnergy, Params, autograd_value_and_grad
 
 
 class Chain:
@@ -186,23 +186,27 @@ def energy_and_grads(
     hand-written backward for the DeepONet); any other callable goes through autograd.
     Either way nothing is computed for the inactive tensors (m-reSGLD's saving).
     ``partial = (names, r)`` (C chains): those tensors' gradients for the first r chains
-    only; an energy whose ``value_and_grad`` takes ``partial`` (GaussianEnergy) skips the
-    rest, any other has its full gradient cut.
+    only, their backward pass skipped on the rest (see :func:`skips_partial_backward`).
     """
     names = list(params) if active is None else active
+    if partial is not None:
+        if not skips_partial_backward(energy, partial[0]):
+            raise ValueError("partial gradients need a GaussianEnergy of a model whose backward "
+                             "can skip them (the DeepONet's, each net whole)")
+        return energy.value_and_grad(params, batch, names, partial)
     vg = getattr(energy, "value_and_grad", None)
-    if partial is not None and skips_partial_backward(energy):
-        return vg(params, batch, names, partial)
-    value, grads = (autograd_value_and_grad(energy, params, batch, names) if vg is None
-                    else vg(params, batch, names))
-    return value, first_chains(grads, partial)
+    if vg is not None:
+        return vg(params, batch, names)
+    return autograd_value_and_grad(energy, params, batch, names)
 
 
-def skips_partial_backward(energy) -> bool:
-    """Whether :func:`energy_and_grads` with ``partial`` skips the backward pass of the
-    chains it is not asked for (the DeepONet's hand-written gradient) rather than computing
-    every gradient and cutting it."""
-    return isinstance(energy, GaussianEnergy) and hasattr(energy.model, "forward_backward")
+def skips_partial_backward(energy, names: list[str]) -> bool:
+    """Whether :func:`energy_and_grads` can take ``partial = (names, r)``: skip the backward
+    pass of ``names`` on all but the first r chains. Only the DeepONet's hand-written
+    gradient can, and only for whole nets (``DeepONet.split_net``)."""
+    split = getattr(getattr(energy, "model", None), "split_net", None)
+    return (getattr(type(energy), "value_and_grad", None) is GaussianEnergy.value_and_grad
+            and split is not None and split(names) is None)
 
 
 @torch.no_grad()

@@ -11,8 +11,9 @@ invariant, is the same target as the paper's "move, then swap" order and costs n
 forward pass. All levels' particles live in one batch (``ReplicaState.together``, each
 level a view of its rows): with the Kronecker metric and no control variate one pass over
 that batch gives every energy and gradient and one metric step moves every level at its own
-step and temperature. m-reSGLD's hot half-steps share that pass: the net they do not train
-is walked back over the cold level's rows only, and moved on the cold level only.
+step and temperature. m-reSGLD's hot half-steps share that pass where the energy allows it
+(the DeepONet's hand-written gradient, groups of whole nets): the net they do not train is
+walked back over the cold level's rows only, and moved on the cold level only.
 
 With K = 2 (the paper's algorithm) the pair is offered a swap every step. With K > 2 the
 swaps follow the deterministic even-odd scheme of non-reversible parallel tempering (Syed,
@@ -246,11 +247,12 @@ class ReSGLD(LangevinSettings):
         """Whether this step evaluates and moves all levels as one batch: under the
         Kronecker metric the levels share, without the control variate. m-reSGLD's hot
         half-steps join the batch where the energy's backward pass can skip the hot rows
-        of the net they do not train (the DeepONet's); elsewhere they take a pass of their
-        own, which differentiates only the trained net."""
+        of the tensors they do not train (the DeepONet's, for whole nets); elsewhere they
+        take a pass of their own, which differentiates only the trained tensors."""
         return (state.together is not None and state.sampling is not None
                 and state.sampling.cv is None
-                and (active is None or skips_partial_backward(energy)))
+                and (active is None or skips_partial_backward(
+                    energy, [n for n in state.together.params if n not in active])))
 
     @staticmethod
     def _gradients_together(state: ReplicaState, energy, batch,
