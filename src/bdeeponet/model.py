@@ -318,13 +318,19 @@ class DeepONet(nn.Module):
 
     def split_net(self, names) -> str | None:
         """The net (``branch`` or ``trunk``) that ``names`` holds only part of, or None: a
-        partial gradient (``forward_backward``) must take each net whole or not at all."""
-        plan, some = self._plan(), set(names)
-        for net in ("branch", "trunk"):
-            members = {n for kind, w, b in plan[net] if kind == "linear" for n in (w, b)}
-            if members & some and not members <= some:
-                return net
-        return None
+        partial gradient (``forward_backward``) must take each net whole or not at all.
+        Kept per set of names: m-reSGLD asks it every step."""
+        some = frozenset(names)
+        cache = self.__dict__.setdefault("_split_cache", {})
+        if some not in cache:
+            plan = self._plan()
+            cache[some] = None
+            for net in ("branch", "trunk"):
+                members = {n for kind, w, b in plan[net] if kind == "linear" for n in (w, b)}
+                if members & some and not members <= some:
+                    cache[some] = net
+                    break
+        return cache[some]
 
     def _partial_rows(self, params, partial) -> dict[str, int]:
         """``{net or "bias": r}`` for the nets (and the output bias) whose tensors are all in
