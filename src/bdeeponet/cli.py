@@ -46,14 +46,19 @@ class _Parser(argparse.ArgumentParser):
 def _add_generate(sub):
     p = sub.add_parser("generate", help="draw input functions, solve a problem, write FILE.npz")
     p.add_argument("problem", help="a problem name ('bdeeponet problems' lists them)")
-    p.add_argument("--noise", type=float, required=True, help="noise standard deviation")
+    p.add_argument("--noise", type=float, help="noise standard deviation (required for .npz)")
     p.add_argument("--relative-noise", action="store_true",
                    help="--noise is a fraction of the clean targets' standard deviation")
-    p.add_argument("--out", required=True, help="output .npz file")
+    p.add_argument("--out", required=True,
+                   help="output: .npz (aligned, noisy training targets), or .mat / .h5 (burgers, "
+                        "darcy2d: the published benchmark files' layout, clean, all functions)")
+    p.add_argument("--mat73", action="store_true", help="with --out F.mat: MATLAB v7.3 (HDF5), "
+                   "not v5")
     p.add_argument("--n-train", type=int, default=1000, help="training functions")
     p.add_argument("--n-test", type=int, default=100, help="test functions (clean targets)")
-    p.add_argument("--m", type=int, default=100, help="number of sensors")
-    p.add_argument("--length-scale", type=float, default=0.2, help="GRF length scale")
+    p.add_argument("--m", type=int, help="number of sensors (default: 100; GRF problems only)")
+    p.add_argument("--length-scale", type=float,
+                   help="GRF length scale (default: 0.2; GRF problems only)")
     p.add_argument("--seed", type=int, default=0, help="seed of the inputs and the noise")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="problem parameter, e.g. --param D=0.05 (repeatable)")
@@ -240,8 +245,15 @@ def cmd_generate(args) -> None:
     from .problems import get_problem
 
     problem = get_problem(args.problem, **_parse_params(args.param))
+    if args.out.endswith((".mat", ".h5", ".hdf5")):
+        return _generate_published(problem, args)
     if not args.out.endswith(".npz"):
-        raise UsageError(f"--out must end in .npz, got '{args.out}'")
+        raise UsageError(f"--out must end in .npz (or .mat / .h5 for a published layout), got "
+                         f"'{args.out}'")
+    if args.noise is None:
+        raise UsageError("--noise SD is required for an .npz output")
+    if args.mat73:
+        raise UsageError("--mat73 needs --out F.mat")
     data = generate(problem, args.noise, np.random.default_rng(args.seed), n_train=args.n_train,
                     n_test=args.n_test, m=args.m, length_scale=args.length_scale,
                     relative=args.relative_noise)
@@ -249,6 +261,30 @@ def cmd_generate(args) -> None:
     data.save(args.out)
     print(f"wrote {args.out}: {data.n_train} train / {data.u_test.shape[0]} test functions, "
           f"{data.n_sensors} sensors, {data.n_points} query points, noise sd {data.noise_std:g}")
+
+
+def _generate_published(problem, args) -> None:
+    """Clean inputs and solutions of n_train + n_test functions in the layout the field's
+    benchmark files are published in (``import`` reads them back, adding noise there)."""
+    from .data import draw_inputs
+    from .importing import write_published
+
+    keys = getattr(problem, "published_keys", None)
+    if keys is None:
+        raise UsageError(f"{problem.name} has no published layout; write .npz (the layouts: "
+                         f"burgers, darcy2d)")
+    if args.noise is not None or args.relative_noise:
+        raise UsageError("the published layout holds clean data: add noise when reading it, "
+                         "with 'bdeeponet import ... --noise SD'")
+    if args.mat73 and not args.out.endswith(".mat"):
+        raise UsageError("--mat73 needs --out F.mat")
+    n = args.n_train + args.n_test
+    if min(args.n_train, args.n_test) < 1:
+        raise UsageError("--n-train and --n-test must be >= 1")
+    u, s, _ = draw_inputs(problem, n, np.random.default_rng(args.seed), args.m, args.length_scale)
+    shape = (n, *problem.grid_shape)
+    write_published(args.out, u.reshape(shape), s.reshape(shape), keys, mat73=args.mat73)
+    print(f"wrote {args.out}: '{keys[0]}' and '{keys[1]}' of shape {shape} (clean)")
 
 
 def cmd_plot_data(args) -> None:

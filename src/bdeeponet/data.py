@@ -263,29 +263,27 @@ def generate(
     rng: np.random.Generator,
     n_train: int = 1000,
     n_test: int = 100,
-    m: int = 100,
-    length_scale: float = 0.2,
+    m: int | None = None,
+    length_scale: float | None = None,
     relative: bool = False,
 ) -> OperatorData:
-    """Draw GRF inputs, solve ``problem`` and add i.i.d. N(0, noise_std^2) to the train targets.
+    """Draw inputs, solve ``problem`` and add i.i.d. N(0, noise_std^2) to the train targets.
 
     With ``relative`` the noise's standard deviation is ``noise_std`` times that of the
     clean training targets (``meta["noise_relative"]`` keeps the factor, ``noise_std`` the
     resulting absolute value).
 
-    Inputs are sampled on a fine grid that contains the m sensors, so the solver sees
-    the same function the branch net sees at its sensors.
+    GRF inputs (m sensors, default 100; length scale default 0.2) are sampled on a fine grid
+    that contains the m sensors, so the solver sees the same function the branch net sees at
+    its sensors. A problem with a ``draw(n, rng)`` method (the field benchmarks ``burgers``
+    and ``darcy2d``) draws its own inputs on its own grid, set by its parameters.
     """
     if not (np.isfinite(noise_std) and noise_std > 0):  # also refuses NaN and inf
         raise ValueError(f"noise must be a finite number > 0, got {noise_std}")
-    for name, v, lo in (("n_train", n_train, 1), ("n_test", n_test, 1), ("m", m, 2)):
+    for name, v, lo in (("n_train", n_train, 1), ("n_test", n_test, 1), ("m", m or 2, 2)):
         if v < lo:
             raise ValueError(f"{name} must be >= {lo}, got {v}")
-    x = fine_grid(m)
-    stride = (x.size - 1) // (m - 1)
-    sampler = periodic_grf if problem.periodic_input else rbf_grf
-    u = sampler(x, n_train + n_test, rng, length_scale=length_scale)
-    s = problem.solve(x, u)
+    u, s, sensors = draw_inputs(problem, n_train + n_test, rng, m, length_scale)
     factor = noise_std
     if relative:
         noise_std = float(noise_std * s[:n_train].std())
@@ -293,21 +291,22 @@ def generate(
     meta = {
         "problem": problem.name,
         "parameters": {k: _jsonable(v) for k, v in dataclasses.asdict(problem).items()},
-        "length_scale": length_scale,
         "noise_std": noise_std,
         "format_version": FORMAT_VERSION,
     }
+    if not hasattr(problem, "draw"):
+        meta["length_scale"] = 0.2 if length_scale is None else length_scale
     if relative:
         meta["noise_relative"] = factor
     if problem.periodic_coordinates:
         meta["periodic"] = [[j, period] for j, period in problem.periodic_coordinates]
     return OperatorData(
-        u_train=u[:n_train, ::stride],
+        u_train=u[:n_train],
         s_train=noisy,
-        u_test=u[n_train:, ::stride],
+        u_test=u[n_train:],
         s_test=s[n_train:],
         y=problem.query_points(),
-        sensors=x[::stride, None],
+        sensors=sensors,
         s_train_clean=s[:n_train],
         noise_std=noise_std,
         meta=meta,
@@ -316,3 +315,25 @@ def generate(
 
 def _jsonable(v):
     return v.item() if isinstance(v, np.generic) else v
+
+
+def draw_inputs(problem, n: int, rng: np.random.Generator, m: int | None = None,
+                length_scale: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """n inputs at the sensors (n, m), their clean solutions (n, P) and the sensors (m, d_in).
+
+    ``m`` and ``length_scale`` shape the GRF of the 1-D problems; a problem that draws its
+    own inputs (``draw``) fixes its grid by its own parameters and refuses them.
+    """
+    if hasattr(problem, "draw"):
+        for option, value in (("--m", m), ("--length-scale", length_scale)):
+            if value is not None:
+                raise ValueError(f"{problem.name} draws its own inputs on its own grid: {option} "
+                                 f"does not apply (set the grid with --param n_points=N)")
+        u, s = problem.draw(n, rng)
+        return u, s, problem.sensor_points()
+    m = 100 if m is None else m
+    x = fine_grid(m)
+    stride = (x.size - 1) // (m - 1)
+    sampler = periodic_grf if problem.periodic_input else rbf_grf
+    u = sampler(x, n, rng, length_scale=0.2 if length_scale is None else length_scale)
+    return u[:, ::stride], problem.solve(x, u), x[::stride, None]

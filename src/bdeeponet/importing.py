@@ -17,6 +17,7 @@ struct, cell, string and complex arrays are refused. Every bad input raises
 
 from __future__ import annotations
 
+import io
 import math
 import numbers
 import os
@@ -31,6 +32,7 @@ import scipy.io
 import scipy.io.matlab
 
 from .data import FORMAT_VERSION, DataError, OperatorData
+from .io import atomic_write
 
 ASSUMED_GRID = "equispaced on [0, 1] (assumed)"
 # MATLAB classes that hold real numbers (v5 ``whosmat`` and v7.3 ``MATLAB_class`` names).
@@ -100,6 +102,39 @@ def import_file(path, *, input_key: str, output_key: str, grid_key: str | None =
         raise ImportDataError(f"{src}: {exc}") from None
 
 
+def write_published(path, inputs: np.ndarray, outputs: np.ndarray, keys: tuple[str, str],
+                    mat73: bool = False) -> None:
+    """Write ``inputs`` and ``outputs`` (n, *grid) under ``keys`` as the field's benchmark
+    files are published: ``.mat`` MATLAB v5 (or v7.3 with ``mat73``: HDF5 with MATLAB's
+    512-byte header and its column-major axes, i.e. every array stored transposed), or plain
+    ``.h5``. Atomic; :func:`import_file` reads all three back.
+    """
+    path = Path(path)
+    ext = path.suffix.lower()
+    if ext not in (".mat", ".h5", ".hdf5"):
+        raise ImportDataError(f"a published layout is written as .mat, .h5 or .hdf5, got '{ext}'")
+    arrays = {keys[0]: np.asarray(inputs, dtype=np.float64),
+              keys[1]: np.asarray(outputs, dtype=np.float64)}
+    if ext == ".mat" and not mat73:
+        atomic_write(path, lambda fh: scipy.io.savemat(fh, arrays, do_compression=True))
+        return
+
+    def write_h5(fh):
+        buffer = io.BytesIO()  # h5py needs a file it can read back as it writes
+        with h5py.File(buffer, "w", userblock_size=512 if ext == ".mat" else 0) as f:
+            for key, a in arrays.items():
+                d = f.create_dataset(key, data=a.T if ext == ".mat" else a, compression="gzip")
+                if ext == ".mat":
+                    d.attrs["MATLAB_class"] = np.bytes_("double")
+        data = bytearray(buffer.getvalue())
+        if ext == ".mat":  # MATLAB's text header, version 0x0200 and endian mark 'IM'
+            text = b"MATLAB 7.3 MAT-file, Platform: GLNXA64, Created by: bdeeponet HDF5 schema 1.00 ."
+            data[:128] = text.ljust(116, b" ") + b"\0" * 8 + b"\x00\x02IM"
+        fh.write(data)
+
+    atomic_write(path, write_h5)
+
+
 def import_to(path, out, **kwargs) -> OperatorData:
     """:func:`import_file` then write the aligned ``.npz`` to ``out`` atomically."""
     data = import_file(path, **kwargs)
@@ -153,6 +188,13 @@ def _grid_shape(src, key, a) -> tuple[int, ...]:
 
 
 def _subsample(src, key, a, k) -> np.ndarray:
+    """Every k-th point along each grid axis. k must divide n - 1 (a grid with both ends, as
+    Darcy's 421 -> 85) or n (a periodic grid without its end, as Burgers' 8192 -> 128)."""
+    for n in a.shape[1:]:
+        if (n - 1) % k and n % k:
+            raise ImportDataError(f"{src}: --subsample {k} does not divide the grid of '{key}' "
+                                  f"(shape {a.shape}): it must divide n - 1 (a grid with both "
+                                  f"ends) or n (a periodic grid), here {n - 1} or {n}")
     kept = tuple(len(range(0, n, k)) for n in a.shape[1:])
     if min(kept) < 2:
         raise ImportDataError(f"{src}: --subsample {k} leaves {min(kept)} point(s) along an "

@@ -10,17 +10,20 @@ from bdeeponet.grf import periodic_grf, rbf_grf
 from bdeeponet.problems import PROBLEMS, get_problem
 
 NAMES = ["antiderivative", "pendulum", "diffusion_reaction", "advection_diffusion", "darcy"]
+FIELDS = ["burgers", "darcy2d"]  # draw their own inputs on their own grids
 
 
 def test_registry_names():
-    assert list(PROBLEMS) == NAMES
+    assert list(PROBLEMS) == NAMES + FIELDS
     assert [name for name in NAMES if PROBLEMS[name].periodic_input] == ["advection_diffusion"]
+    assert all(hasattr(PROBLEMS[name], "draw") for name in FIELDS)
 
 
 def test_periodic_coordinates():
-    declared = {name: PROBLEMS[name].periodic_coordinates for name in NAMES}
+    declared = {name: PROBLEMS[name].periodic_coordinates for name in NAMES + FIELDS}
     assert declared == {"antiderivative": (), "pendulum": (), "diffusion_reaction": (),
-                        "advection_diffusion": ((0, 1.0),), "darcy": ()}
+                        "advection_diffusion": ((0, 1.0),), "darcy": (), "burgers": ((0, 1.0),),
+                        "darcy2d": ()}
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if PROBLEMS[n].periodic_coordinates])
@@ -43,7 +46,7 @@ def test_declared_periodicity_holds(name):
 def test_unknown_name_lists_valid_names():
     with pytest.raises(ValueError) as info:
         get_problem("heat")
-    assert str(info.value) == f"unknown problem 'heat'; choose one of: {', '.join(NAMES)}"
+    assert str(info.value) == f"unknown problem 'heat'; choose one of: {', '.join(NAMES + FIELDS)}"
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,11 @@ Each problem is a frozen dataclass whose fields are its physical and solver para
   laid out x slowest, t fastest (row i * nt + j is (x_i, t_j)),
 * ``solve(x, u) -> (n, P)``: solutions for the n input functions u (n, K) given on the
   grid x = linspace(0, 1, K), vectorised over n.
+
+The field benchmarks (``burgers``, ``darcy2d``) draw inputs from their own distributions on
+their own grids instead: ``draw(n, rng) -> (u (n, m), s (n, P))``, ``sensor_points()``,
+``solve(u) -> (n, P)`` for inputs given at the sensors, ``grid_shape`` and
+``published_keys`` (the names of the published files' arrays, for ``generate --out F.mat``).
 """
 
 from __future__ import annotations
@@ -20,13 +25,16 @@ import dataclasses
 
 from .advection_diffusion import AdvectionDiffusion
 from .antiderivative import Antiderivative
+from .burgers import Burgers
 from .darcy import Darcy
+from .darcy2d import Darcy2D
 from .diffusion_reaction import DiffusionReaction
 from .pendulum import Pendulum
 
 PROBLEMS: dict[str, type] = {
     cls.name: cls
-    for cls in (Antiderivative, Pendulum, DiffusionReaction, AdvectionDiffusion, Darcy)
+    for cls in (Antiderivative, Pendulum, DiffusionReaction, AdvectionDiffusion, Darcy, Burgers,
+                Darcy2D)
 }
 
 
@@ -69,7 +77,9 @@ __all__ = [
     "PROBLEMS",
     "AdvectionDiffusion",
     "Antiderivative",
+    "Burgers",
     "Darcy",
+    "Darcy2D",
     "DiffusionReaction",
     "Pendulum",
     "canonical_name",
