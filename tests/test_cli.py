@@ -1,4 +1,4 @@
-"""The ``bdeeponet`` command (DESIGN.md, command-line contract), driven in-process through
+"""The ``bdeeponet`` command (docs/design.md, command-line contract), driven in-process through
 ``main(argv)``: bad usage and bad input exit 2 with one ``error: ...`` line on stderr and leave
 no output behind; tiny end-to-end runs of generate, plot-data, train, predict and evaluate."""
 
@@ -540,7 +540,7 @@ BAND_KEYS = ("mean", "std", "lower", "upper", "obs_std", "obs_lower", "obs_upper
 
 
 def assert_band(out: dict, shape: tuple) -> None:
-    """The keys of DESIGN.md's predict contract, nested as they must be: the observation
+    """The keys of docs/design.md's predict contract, nested as they must be: the observation
     band (σ included) holds the solution band, and the levels are in ``meta``."""
     for key in BAND_KEYS:
         assert out[key].shape == shape, (key, out[key].shape)

@@ -524,7 +524,7 @@ def predictive_quantile(level: float, dof=None):
 
 def bands(mean, std, noise_std: float, calibration: Calibration | None = None,
           level: float = 0.95, function_level: float = 0.95, dof=None) -> dict[str, np.ndarray]:
-    """The DESIGN.md prediction keys, each (n, P), for a mean and a posterior spread (and
+    """The docs/design.md prediction keys, each (n, P), for a mean and a posterior spread (and
     ``dof``, the predictive distribution's degrees of freedom, inf: Gaussian)."""
     check_level(level)
     check_level(function_level)

@@ -1,6 +1,6 @@
 """Aligned operator data: every input function shares the same query points.
 
-File format (``.npz``, see DESIGN.md):
+File format (``.npz``, see docs/design.md):
 
 =================  =========  ===============================================
 key                shape      meaning

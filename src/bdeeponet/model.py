@@ -4,7 +4,7 @@
 net maps the standardised sensor values u (n, m) to coefficients b (n, q), the trunk net
 maps the features φ(y) of the query points y (P, d) to basis values t (P, q), and the output
 for every function at every point is ``s_shift + s_scale (B @ T^T + bias)`` (n, P). The
-branch input is never replicated per query point (DESIGN.md: aligned data). The
+branch input is never replicated per query point (docs/design.md: aligned data). The
 standardisation constants live in :class:`ModelConfig` (see :func:`standardisation`), so a
 saved model predicts in the data's own units. φ is the identity except on the periodic
 coordinates, which it replaces by Fourier features (:func:`fourier_features`): the model is

@@ -45,7 +45,7 @@ def coverage(truth, pred, ks) -> list[float]:
 
 
 def within(cov) -> bool:
-    """The issue's target: ±3 points at 50-95%, −3/+1 at 99%."""
+    """The coverage target: ±3 points at 50-95%, −3/+1 at 99%."""
     return (all(abs(c - 100 * lv) <= 3 for c, lv in zip(cov[:4], LEVELS, strict=False))
             and -3 <= cov[4] - 99 <= 1)
 

@@ -8,7 +8,7 @@ under noise (four_chain_toy.py). Here the spread is averaged along each function
 k is fitted under ``residual ~ N(0, k² λ² + σ²)`` (w: Gaussian) or ``k λ T + ε`` (t w: the
 library's likelihood on λ). Each k scales the library's band, mean ± k t_dof std, and the
 script gives that band's coverage of the test truth at 50/80/90/95/99% and whether it is
-within the posterior issue's target (±3 points, 99%: −3/+1; marked *), beside the library's
+within the coverage target (±3 points, 99%: −3/+1; marked *), beside the library's
 own calibrated band (``lib``, from the run's metrics.json), the plain Student-t
 likelihood's k applied unconditionally (``t``), the raw band (``k=1``), and the library's
 rule of keeping k = 1 unless the scale is pinned down with the standard error of log k taken

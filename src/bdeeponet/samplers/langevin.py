@@ -1,4 +1,4 @@
-"""The Langevin step shared by every SG-MCMC sampler (DESIGN.md, numerical conventions).
+"""The Langevin step shared by every SG-MCMC sampler (docs/design.md, numerical conventions).
 
 ``θ ← θ − η G ∇Û(θ) + sqrt(2 η τ G) ξ``,  ξ ~ N(0, I) drawn from an explicit generator.
 
