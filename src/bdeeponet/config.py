@@ -54,6 +54,10 @@ class TrainConfig:
     cuda_graph: bool = _opt(True, "sgld with kfac on a CUDA device: replay the sampling step "
                             "from a CUDA graph (the same draws, a fraction of the launches)")
     standardise: bool = _opt(True, "scale inputs and outputs by their training mean and sd")
+    branch_pca: int | None = _opt(None, "principal components of the training inputs that the "
+                                  "branch net reads (default: the raw sensors when m < 257, "
+                                  "else the fewest keeping all but 1e-6 of the inputs' "
+                                  "variance, at most 256; 0: the raw sensors)")
     calibration: float = _opt(0.1, "fraction of training functions held out to calibrate the "
                               "bands (0: none)")
     burn_in: int | None = _opt(None, "burn-in epochs (default: 3/4 of the run with kfac, "
@@ -114,6 +118,9 @@ class TrainConfig:
             raise ValueError(f"c must be in [0, 1], got {self.c}")
         if self.burn_in is not None and not 0 <= self.burn_in < self.epochs:
             raise ValueError(f"burn_in must be in [0, epochs), got {self.burn_in}")
+        if self.branch_pca is not None and (isinstance(self.branch_pca, bool)
+                                            or self.branch_pca < 0):
+            raise ValueError(f"branch_pca must be >= 0, got {self.branch_pca}")
         if self.thin is not None and self.thin < 1:
             raise ValueError(f"thin must be >= 1, got {self.thin}")
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch.func import functional_call
 
+from .encoder import PCAEncoder
 from .energy import Params
 from .model import DeepONet, ModelConfig, set_dropout_generator
 
@@ -47,6 +48,7 @@ class Posterior:
     noise_std: float = float("nan")  # σ of the observations (for the observation band)
     calibration: dict | None = None  # Calibration.to_dict() from held-out functions
     chains: int = 1
+    encoder: PCAEncoder | None = None  # maps raw inputs (n, m) to what the branch reads
 
     def __post_init__(self):
         if not self.mc_dropout and self.samples.shape[0] % self.chains:
@@ -59,7 +61,8 @@ class Posterior:
 
     @property
     def n_sensors(self) -> int:
-        return self.config.n_sensors
+        """Sensors of a raw input (the branch reads fewer values behind an encoder)."""
+        return self.config.n_sensors if self.encoder is None else self.encoder.n_sensors
 
     @property
     def dim_y(self) -> int:
@@ -84,8 +87,11 @@ class Posterior:
         return self
 
     def trajectories(self, u: torch.Tensor, y: torch.Tensor, seed: int = 0):
-        """Yield each of the M predictions (n, P) in turn (memory O(n P), not O(M n P))."""
+        """Yield each of the M predictions (n, P) in turn (memory O(n P), not O(M n P)) for
+        raw inputs u (n, m) (encoded here when the run has an encoder)."""
         with torch.no_grad():
+            if self.encoder is not None:
+                u = self.encoder(u)
             if self.mc_dropout:
                 params = unflatten(self.samples[0], self.template)
                 gen = torch.Generator(device=self.samples.device).manual_seed(seed)
@@ -120,13 +126,15 @@ class Posterior:
     def state_dict(self) -> dict:
         return {"config": self.config.to_dict(), "samples": self.samples,
                 "mc_dropout": self.mc_dropout, "noise_std": self.noise_std,
-                "calibration": self.calibration, "chains": self.chains}
+                "calibration": self.calibration, "chains": self.chains,
+                "encoder": None if self.encoder is None else self.encoder.state_dict()}
 
     @classmethod
     def from_state_dict(cls, d: dict) -> Posterior:
         return cls(ModelConfig(**d["config"]), d["samples"], int(d["mc_dropout"]),
                    float(d.get("noise_std", float("nan"))), d.get("calibration"),
-                   int(d.get("chains", 1)))
+                   int(d.get("chains", 1)),
+                   None if d.get("encoder") is None else PCAEncoder.from_state_dict(d["encoder"]))
 
 
 def pooled_predictive(chain_mean: torch.Tensor, chain_sq: torch.Tensor, draws: int):

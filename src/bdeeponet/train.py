@@ -26,6 +26,7 @@ from .calibration import fit_calibration
 from .config import TrainConfig
 from .data import OperatorData
 from .device import resolve_device
+from .encoder import PCAEncoder, fit_pca
 from .energy import GaussianEnergy, fan_in_prior
 from .io import atomic_write, write_json, write_text
 from .linear import LinearPosterior, fit_linear
@@ -70,10 +71,15 @@ class _Loop:
     noise_std: float = 0.0  # σ in use (estimated during burn-in when unknown)
 
 
-def model_config(config: TrainConfig, data: OperatorData) -> ModelConfig:
+def model_config(config: TrainConfig, data: OperatorData,
+                 encoder: PCAEncoder | None = None) -> ModelConfig:
+    """The network of ``config`` for ``data``; with ``encoder`` the branch reads its r
+    components (already standardised: the model's u shift and scale stay 0 and 1)."""
     scaling = standardisation(data.u_train, data.s_train) if config.standardise else {}
+    if encoder is not None:
+        scaling.update(u_shift=0.0, u_scale=1.0)
     return ModelConfig(
-        n_sensors=data.n_sensors,
+        n_sensors=data.n_sensors if encoder is None else encoder.components,
         dim_y=data.y.shape[1],
         width=config.width,
         depth=config.depth,
@@ -151,6 +157,7 @@ class Setup:
     y: torch.Tensor
     chains: int | None = None
     initial: dict | None = None
+    encoder: PCAEncoder | None = None  # applied to every raw input before the branch
 
     def init_state(self):
         """The sampler's state at the initial parameters."""
@@ -177,11 +184,13 @@ def setup(data: OperatorData, config: TrainConfig, noise_std: float | None,
     training functions only: split the calibration ones off first), on ``device``.
     ``noise_std`` None (to be estimated) starts the energy at a tenth of the targets' spread."""
     device = torch.device(device)
-    mconf = model_config(config, data)
+    encoder = fit_pca(data.u_train, config.branch_pca)
+    mconf = model_config(config, data, encoder)
     with torch.random.fork_rng():  # initial weights from the run's seed, global RNG untouched
         torch.manual_seed(config.seed)
         model = DeepONet(mconf).to(device)  # drawn on the CPU: the same weights on any device
-    u, s, y = (_tensor(a, device) for a in (data.u_train, data.s_train, data.y))
+    u_train = data.u_train if encoder is None else encoder(data.u_train)
+    u, s, y = (_tensor(a, device) for a in (u_train, data.s_train, data.y))
     prior = fan_in_prior(model, config.prior_std) if config.prior == "fan_in" else config.prior_std
     energy = GaussianEnergy(model, y, data.n_train,
                             noise_std if noise_std is not None else 0.1 * float(s.std()), prior)
@@ -192,7 +201,7 @@ def setup(data: OperatorData, config: TrainConfig, noise_std: float | None,
     chains = config.n_chains if config.n_chains > 1 else None
     initial = None if chains is None else {
         n: t.to(device) for n, t in initial_parameters(mconf, config.seed, chains).items()}
-    return Setup(model, mconf, energy, sampler, gen, u, s, y, chains, initial)
+    return Setup(model, mconf, energy, sampler, gen, u, s, y, chains, initial, encoder)
 
 
 def train(
@@ -225,7 +234,8 @@ def train(
     run = setup(data, config, sigma, device)
     model, mconf, energy, sampler, gen = run.model, run.model_config, run.energy, run.sampler, run.generator
     u, s, y = run.u, run.s, run.y
-    u_test, s_test = _tensor(data.u_test, device), data.s_test
+    u_test = _tensor(data.u_test if run.encoder is None else run.encoder(data.u_test), device)
+    s_test = data.s_test
 
     chains = run.chains
     loop = _Loop(run.init_state(), gen.get_state(), noise_std=energy.noise_std)
@@ -283,7 +293,7 @@ def train(
     bar.close()
     end = end_stiffness(loop.state, energy, (u, s), gen)
     return _finish(loop, sampler, config, mconf, data, out, energy.noise_std, held_out,
-                   {} if end is None else {"metric_stiffness_end": end})
+                   {} if end is None else {"metric_stiffness_end": end}, run.encoder)
 
 
 def _errors(pred: np.ndarray, s_test) -> tuple[float, float]:
@@ -332,23 +342,26 @@ def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfi
 
 
 def _finish(loop, sampler, config, mconf, data, out, noise_std: float, held_out,
-            extra: dict | None = None) -> RunResult:
+            extra: dict | None = None, encoder: PCAEncoder | None = None) -> RunResult:
     chains = config.n_chains
     if sampler.draws_samples:  # (draws, C, p) -> (C draws, p), chain by chain
         samples = torch.stack(loop.samples)
         if samples.dim() == 3:
             samples = samples.transpose(0, 1).reshape(-1, samples.shape[-1])
-        post = Posterior(mconf, samples, noise_std=noise_std, chains=chains)
+        post = Posterior(mconf, samples, noise_std=noise_std, chains=chains, encoder=encoder)
     else:  # trained networks: an ensemble's members, or one with MC dropout masks
         final = flatten(sampler.sample(loop.state), batched=chains > 1).cpu()
         post = Posterior(mconf, final.reshape(-1, final.shape[-1]),
-                         config.mc_samples if mconf.dropout > 0 else 0, noise_std)
+                         config.mc_samples if mconf.dropout > 0 else 0, noise_std, encoder=encoder)
     metrics = _test_metrics(post, data, config.seed, held_out)
     post_burn = [r for r in loop.history if r["epoch"] > config.burn_in_epochs]
     metrics["e1_after_burn_in"] = float(np.mean([r["e1"] for r in post_burn]))
     metrics["e2_after_burn_in"] = float(np.mean([r["e2"] for r in post_burn]))
     metrics.update(sampler.report(loop.state))
     metrics.update(extra or {})
+    if encoder is not None:
+        metrics["branch_pca"] = {"components": encoder.components,
+                                 "kept_variance": encoder.kept_variance}
     if "prior_relaxation_steps" in metrics:
         metrics["prior_relaxation_epochs"] = (metrics["prior_relaxation_steps"]
                                               / epoch_steps(data, config))
