@@ -173,6 +173,55 @@ def test_generate_out_must_be_npz(capsys, tmp_path):
     assert files_in(tmp_path) == []
 
 
+def test_generate_without_noise_for_npz(capsys, tmp_path):
+    assert_error(cli(capsys, "generate", "pendulum", "--out", tmp_path / "x.npz"), "--noise")
+    assert files_in(tmp_path) == []
+
+
+@pytest.mark.parametrize("mat73", [False, True])
+def test_published_layout_round_trip(capsys, tmp_path, mat73):
+    """generate darcy2d --out F.mat writes 'coeff'/'sol' (n, s, s) clean, as the benchmark
+    files are published; import with a stride reads them back as a user with those files
+    would, adding noise there."""
+    import scipy.io
+
+    name = tmp_path / "darcy.mat"
+    rc, out, err = cli(capsys, "generate", "darcy2d", "--param", "n_points=9", "--param",
+                       "refine=2", "--n-train", 6, "--n-test", 2, "--out", name,
+                       *(["--mat73"] if mat73 else []))
+    assert rc == 0, err
+    assert scipy.io.matlab.matfile_version(str(name))[0] == (2 if mat73 else 1)
+    rc, out, err = cli(capsys, "import", name, "--input", "coeff", "--output", "sol",
+                       "--subsample", 2, "--n-test", 2, "--noise", "1e-4", "--out",
+                       tmp_path / "d.npz")
+    assert rc == 0, err
+    d = load(tmp_path / "d.npz")
+    assert d.u_train.shape == (6, 25) and d.s_test.shape == (2, 25) and d.y.shape == (25, 2)
+    assert set(np.unique(d.u_train)) == {3.0, 12.0}
+    # the same seed generates the same functions as the aligned file
+    rc, _, err = cli(capsys, "generate", "darcy2d", "--param", "n_points=9", "--param", "refine=2",
+                     "--n-train", 6, "--n-test", 2, "--noise", "1e-4", "--out", tmp_path / "g.npz")
+    g = load(tmp_path / "g.npz")
+    np.testing.assert_allclose(d.s_test, g.s_test.reshape(2, 9, 9)[:, ::2, ::2].reshape(2, -1))
+
+
+@pytest.mark.parametrize(("problem", "extra", "words"), [
+    ("burgers", ["--noise", "0.1", "--out", "x.npz", "--m", "64"], ["--m", "n_points"]),
+    ("burgers", ["--out", "x.mat", "--noise", "0.1"], ["clean", "import"]),
+    ("pendulum", ["--out", "x.mat"], ["no published layout"]),
+    ("burgers", ["--out", "x.h5", "--mat73"], ["--mat73", ".mat"]),
+    ("burgers", ["--out", "x.mat", "--param", "n_points=100"], ["n_points", "divide"]),
+    ("darcy2d", ["--out", "x.mat", "--param", "n_points=4", "--param", "refine=1"],
+     ["cannot resolve"]),
+    ("burgers", ["--out", "x.mat", "--param", "nu=0.001", "--n-train", "2", "--n-test", "1"],
+     ["not resolved"]),
+])
+def test_generate_field_bad_input_writes_nothing(capsys, tmp_path, problem, extra, words):
+    extra = [str(tmp_path / a) if a.startswith("x.") else a for a in extra]
+    assert_error(cli(capsys, "generate", problem, *extra), *words)
+    assert files_in(tmp_path) == []
+
+
 @pytest.mark.parametrize(
     ("extra", "words"),
     [
@@ -648,6 +697,7 @@ def test_import_then_train(capsys, tmp_path):
 @pytest.mark.parametrize(("extra", "words"), [
     (["--input", "zz", "--output", "sol"], ["'zz'", "--input"]),
     (["--input", "a", "--output", "sol", "--subsample", "100"], ["--subsample"]),
+    (["--input", "a", "--output", "sol", "--subsample", "4"], ["--subsample", "divide"]),
     (["--input", "a", "--output", "sol", "--noise", "-1"], ["--noise"]),
 ])
 def test_import_bad_input_writes_nothing(capsys, tmp_path, extra, words):

@@ -69,6 +69,7 @@ class _Loop:
     step_seconds: float = 0.0
     n_steps: int = 0
     noise_std: float = 0.0  # σ in use (estimated during burn-in when unknown)
+    metric_seconds: float = 0.0  # spent in the sampler's end_burn_in (the metric's estimate)
 
 
 def model_config(config: TrainConfig, data: OperatorData,
@@ -252,7 +253,9 @@ def train(
     bar = Progress(config.epochs, enabled=progress, start=loop.epoch)
     while loop.epoch < config.epochs:
         if loop.epoch == config.burn_in_epochs:
+            t0 = time.perf_counter()
             sampler.end_burn_in(loop.state, energy, (u, s), gen)
+            loop.metric_seconds = time.perf_counter() - t0
         row = _run_epoch(loop, sampler, energy, (u, s), gen, config, chains)
         params = sampler.sample(loop.state)
         if sigma is None and loop.epoch < config.burn_in_epochs:
@@ -371,6 +374,7 @@ def _finish(loop, sampler, config, mconf, data, out, noise_std: float, held_out,
         "sec_per_iter": loop.step_seconds / max(loop.n_steps, 1),
         "n_iters": loop.n_steps,
         "epochs": config.epochs,
+        "metric_seconds": loop.metric_seconds,
     }
     return _write_run(out, RunResult(post, metrics, loop.history, timing), data)
 

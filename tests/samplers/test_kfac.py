@@ -7,9 +7,12 @@ from torch import nn
 from bdeeponet import DeepONet, GaussianEnergy, ModelConfig, parameter_groups
 from bdeeponet.energy import fan_in_prior
 from bdeeponet.samplers.kfac import (
+    HESSIAN_POINTS,
     KroneckerMetric,
     estimate_kfac,
+    hessian_points,
     largest_magnitude,
+    scaled_hessian,
     stiffness,
     tame,
 )
@@ -155,6 +158,34 @@ def test_stiffness_is_the_largest_eigenvalue_of_the_metric_scaled_hessian():
     root = torch.stack(root, 1)
     exact = torch.linalg.eigvalsh(root @ h @ root.T).abs().max().item()
     assert stiffness(energy, metric, params, batches, g, iters=300) == pytest.approx(exact, rel=1e-3)
+
+
+def test_hessian_on_a_subset_of_points_is_unbiased():
+    """P = 3000 > HESSIAN_POINTS query points: the scaled Hessian-vector product on a random
+    subset of 1024 points, averaged over 24 subsets, equals the one on every point within
+    4 standard errors (from the subsets' own spread); one subset alone is off by more than
+    a standard error of the mean (so the average is what agrees). P <= 1024 uses every point."""
+    assert hessian_points(HESSIAN_POINTS, torch.Generator()) is None
+    torch.manual_seed(2)
+    model = DeepONet(ModelConfig(n_sensors=5, dim_y=1, width=8, latent=4))
+    g = torch.Generator().manual_seed(2)
+    u, y = torch.randn(40, 5, generator=g), torch.linspace(0, 1, 3000)[:, None]
+    s = torch.sin(4 * y.T) * u[:, :1] + 0.05 * torch.randn(40, 3000, generator=g)
+    energy = GaussianEnergy(model, y, 40, 0.05, fan_in_prior(model))
+    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    batches = [(u, s)]
+    metric = estimate_kfac(energy, params, batches, g, samples=2)
+    v = {n: torch.randn(p.shape, generator=g, dtype=torch.float64) for n, p in params.items()}
+
+    def flat(hv):
+        return torch.cat([hv[n].reshape(-1) for n in params])
+
+    full = flat(scaled_hessian(energy, metric, params, batches)(v))
+    draws = torch.stack([flat(scaled_hessian(energy, metric, params, batches,
+                                             hessian_points(3000, g))(v)) for _ in range(24)])
+    se = draws.std(0).square().sum().sqrt() / 24**0.5
+    assert (draws.mean(0) - full).norm() < 4 * se
+    assert (draws[0] - full).norm() > se
 
 
 def test_a_group_must_not_split_a_layer():
