@@ -1,0 +1,167 @@
+"""The field's benchmarks at their resolution: viscous Burgers (128 and 1024 points) and 2-D
+Darcy flow (29 × 29 and 85 × 85), 1000 training and 200 test functions, noise of 1% of the
+targets' sd on the training targets, `bdeeponet train` at its defaults (m-reSGLD, one
+chain), each run one torch thread, one after the other.
+
+Writes beside this file: results.md / results.csv (e2 beside the published noise-free
+figures, wall time, peak memory, the metric's share of the run), calibration.csv (the
+observation, solution and function-level bands' coverage at 50/80/90/95%) and
+darcy85-function.png (one test function: input, truth, mean, error, band width).
+
+Run: python docs/results/field-benchmarks/make.py [--work DIR] [--only NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+BENCHMARKS = {  # name: (problem, parameters)
+    "burgers-128": ("burgers", {"n_points": 128}),
+    "burgers-1024": ("burgers", {"n_points": 1024}),
+    "darcy-29": ("darcy2d", {"n_points": 29}),
+    "darcy-85": ("darcy2d", {"n_points": 85}),
+}
+# published relative L2 test errors (%), noise-free data, 1000 training functions:
+# Lu et al., CMAME 393 (2022) 114778; Li et al., ICLR 2021 (FNO, Darcy 85 x 85)
+PUBLISHED = {
+    "burgers-128": "DeepONet 2.15, POD-DeepONet 1.94, FNO 1.93",
+    "burgers-1024": "–",
+    "darcy-29": "DeepONet 2.98, POD-DeepONet 2.32, FNO 2.41",
+    "darcy-85": "FNO 1.08",
+}
+GOAL = {"burgers-128": 0.5, "burgers-1024": 0.5, "darcy-29": 2.9, "darcy-85": 2.0}
+LEVELS = ("0.5", "0.8", "0.9", "0.95")
+
+
+def bdeeponet(*args) -> tuple[str, float, float]:
+    """Run the command line in a child process (one torch thread); (stdout, wall seconds,
+    the child's peak resident memory in GB)."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "bdeeponet.cli", *map(str, args)],
+                                stdout=out, stderr=err, env=os.environ | {"OMP_NUM_THREADS": "1"})
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.perf_counter() - t0
+        out.seek(0), err.seek(0)
+        if proc.returncode:
+            raise SystemExit(f"bdeeponet {' '.join(map(str, args))} failed:\n{err.read()}")
+        return out.read(), seconds, usage.ru_maxrss / 1024**2
+
+
+def run_one(name: str, work: Path) -> dict:
+    problem, params = BENCHMARKS[name]
+    data, run, pred = work / f"{name}.npz", work / name, work / f"{name}-pred.npz"
+    flags = [a for k, v in params.items() for a in ("--param", f"{k}={v}")]
+    if not data.exists():
+        bdeeponet("generate", problem, "--noise", 0.01, "--relative-noise", "--n-train", 1000,
+                  "--n-test", 200, "--out", data, *flags)
+    _, seconds, peak = bdeeponet("train", data, "--out", run, "--quiet")
+    d = np.load(data)
+    np.savez(work / f"{name}-test.npz", u=d["u_test"])
+    bdeeponet("predict", run, work / f"{name}-test.npz", "--out", pred)
+    metrics = json.loads((run / "metrics.json").read_text())
+    timing = json.loads((run / "timing.json").read_text())
+    p = np.load(pred)
+    truth, sigma = d["s_test"], float(d["noise_std"])
+    fresh = truth + sigma * np.random.default_rng(1).standard_normal(truth.shape)
+    row = {"benchmark": name, "m": d["u_train"].shape[1], "P": truth.shape[1],
+           "e2": metrics["e2"], "goal": GOAL[name], "published": PUBLISHED[name],
+           "train_s": round(seconds, 1), "peak_gb": round(peak, 2),
+           "metric_share": round(timing.get("metric_seconds", float("nan")) / seconds, 4),
+           "sec_per_iter": timing["sec_per_iter"], "rhat": metrics["convergence"]["rhat"],
+           "resolved": metrics["calibration_check"]["resolved"],
+           "branch_pca": (metrics.get("branch_pca") or {}).get("components", 0)}
+    cal = metrics["coverage"]["calibrated"]
+    for lv in LEVELS:
+        row[f"solution_{lv}"] = cal["pointwise"][lv]
+        row[f"function_{lv}"] = cal["function"][lv]
+    # the observation band at the levels: from the run's calibrated band at each level
+    for lv in LEVELS:
+        q = np.load(_predict_level(run, work, name, float(lv)))
+        row[f"observation_{lv}"] = 100 * float(np.mean((fresh >= q["obs_lower"])
+                                                       & (fresh <= q["obs_upper"])))
+    if name == "darcy-85":
+        figure(d, p, HERE / "darcy85-function.png")
+    return row
+
+
+def _predict_level(run: Path, work: Path, name: str, level: float) -> Path:
+    out = work / f"{name}-pred-{level}.npz"
+    bdeeponet("predict", run, work / f"{name}-test.npz", "--out", out, "--level", level)
+    return out
+
+
+def figure(d, p, path: Path, k: int = 0) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = int(round(np.sqrt(d["u_test"].shape[1])))
+    maps = {"input a": d["u_test"][k], "truth s": d["s_test"][k], "posterior mean": p["mean"][k],
+            "error (mean - truth)": p["mean"][k] - d["s_test"][k],
+            "95% band width": p["upper"][k] - p["lower"][k]}
+    fig, axes = plt.subplots(1, 5, figsize=(17, 3.4))
+    for ax, (title, values) in zip(axes, maps.items(), strict=True):
+        im = ax.imshow(values.reshape(n, n).T, origin="lower", extent=(0, 1, 0, 1),
+                       cmap="RdBu_r" if title.startswith("error") else "viridis")
+        ax.set_title(title)
+        fig.colorbar(im, ax=ax, shrink=0.8)
+    e2 = 100 * np.linalg.norm(maps["error (mean - truth)"]) / np.linalg.norm(maps["truth s"])
+    fig.suptitle(f"2-D Darcy, 85 × 85, test function {k}: relative L2 error {e2:.2f}%")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def write(rows: list[dict]) -> None:
+    with open(HERE / "results.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    lines = ["| benchmark | m = P | e2 (%) | goal | published, noise-free (%) | train | peak memory "
+             "| metric's share | s / iteration | R̂ |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['benchmark']} | {r['P']} | {r['e2']:.2f} | ≤ {r['goal']} | "
+                     f"{r['published']} | {r['train_s']:.0f} s | {r['peak_gb']:.2f} GB | "
+                     f"{100 * r['metric_share']:.1f}% | {1e3 * r['sec_per_iter']:.1f} ms | "
+                     f"{r['rhat']:.2f} |")
+    lines += ["", "Coverage (%) at 50 / 80 / 90 / 95%:", "",
+              "| benchmark | observation band | solution band | function-level band | "
+              "scale resolved |", "|---|---|---|---|---|"]
+    for r in rows:
+        cells = [" / ".join(f"{r[f'{kind}_{lv}']:.0f}" for lv in LEVELS)
+                 for kind in ("observation", "solution", "function")]
+        lines.append(f"| {r['benchmark']} | {' | '.join(cells)} | {r['resolved']} |")
+    (HERE / "results.md").write_text("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", default="field-benchmarks-work", help="data and run directories")
+    parser.add_argument("--only", nargs="*", choices=list(BENCHMARKS), help="a subset")
+    args = parser.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in args.only or BENCHMARKS:
+        print(f"{name} ...", flush=True)
+        rows.append(run_one(name, work))
+        print(json.dumps(rows[-1]), flush=True)
+    write(rows)
+
+
+if __name__ == "__main__":
+    main()
