@@ -57,7 +57,7 @@ class TrainConfig:
     branch_pca: int | None = _opt(None, "principal components of the training inputs that the "
                                   "branch net reads (default: the raw sensors when m < 257, "
                                   "else the fewest keeping all but 1e-6 of the inputs' "
-                                  "variance, at most 256; 0: the raw sensors)")
+                                  "variance, at most 32; 0: the raw sensors)")
     calibration: float = _opt(0.1, "fraction of training functions held out to calibrate the "
                               "bands (0: none)")
     burn_in: int | None = _opt(None, "burn-in epochs (default: 3/4 of the run with kfac, "

@@ -13,6 +13,9 @@ sensors give ``|x|² ≈ m`` to a first layer of fan-in m: the fan-in prior keep
 meaning). It is a fixed linear map fitted once on the training inputs, stored with the
 posterior, and applied to every raw input the run predicts for (as POD/PCA-based operator
 networks do; Bhattacharya et al. 2021, Lu et al. 2022).
+
+The default keeps at most 32 components: an MLP branch fed more of a two-valued 2-D field's
+components fits their fine detail and predicts worse (measured in docs/speed.md).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import numpy as np
 import torch
 
 AUTO_MIN_SENSORS = 257  # below this the raw sensors cost little: no encoder by default
-AUTO_MAX_COMPONENTS = 256
+AUTO_MAX_COMPONENTS = 32  # measured best on 2-D Darcy (docs/speed.md); more overfit the MLP
 AUTO_DROPPED_VARIANCE = 1e-6  # the default keeps all but this share of the inputs' variance
 
 
@@ -67,7 +70,7 @@ def fit_pca(u_train: np.ndarray, components: int | None = None) -> PCAEncoder | 
     """The encoder of ``u_train`` (N, m) with ``components`` r, or None for the raw sensors.
 
     ``components`` None (the default): no encoder when m < 257; else the fewest components
-    that keep all but 1e-6 of the inputs' variance, at most 256 and at most N - 1.
+    that keep all but 1e-6 of the inputs' variance, at most 32 and at most N - 1.
     0: no encoder. r > 0: exactly r (at most min(N - 1, m)).
     """
     u = np.asarray(u_train, dtype=np.float64)
