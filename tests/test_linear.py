@@ -37,7 +37,7 @@ def test_bands_are_calibrated_when_the_model_is_right():
         u, s, u_test, truth = linear_data(rng, n=30, n_test=1, p=1, sigma=0.5)
         post = fit_linear(u, s, np.zeros((1, 1)), noise_std=0.5, prior_std=1.0)
         out = post.predict(u_test, np.zeros((1, 1)), z=norm.ppf(0.95))
-        hits += int(((out["lower"].numpy() <= truth) & (truth <= out["upper"].numpy())).sum())
+        hits += int(((out["raw_lower"].numpy() <= truth) & (truth <= out["raw_upper"].numpy())).sum())
         total += truth.size
     rate = hits / total
     assert abs(rate - 0.9) < 4 * np.sqrt(0.9 * 0.1 / total)

@@ -62,7 +62,7 @@ def test_auto_recovers_sigma_and_keeps_the_bands_calibrated(sigma):
     pred = post.predict(data.u_test, data.y, seed=0)
     noisy = data.s_test + sigma * np.random.default_rng(4).standard_normal(data.s_test.shape)
     for level in (0.5, 0.8, 0.9, 0.95):
-        b = bands(pred["mean"].numpy(), pred["std"].numpy(), est,
+        b = bands(pred["mean"].numpy(), pred["raw_std"].numpy(), est,
                   Calibration.from_dict(post.calibration), level)
         inside = 100 * np.mean((noisy >= b["obs_lower"]) & (noisy <= b["obs_upper"]))
         assert abs(inside - 100 * level) <= 2, (level, inside)

@@ -78,8 +78,42 @@ def test_a_posterior_of_several_chains_predicts_the_pooled_t_distribution():
     out = post.predict(u, y)
     draws = torch.stack([p.double() for p in post.trajectories(u, y)]).reshape(2, 3, 3, 7)
     mean, std, dof = pooled_predictive(draws.mean(1), (draws**2).mean(1), 3)
-    assert torch.allclose(out["mean"], mean) and torch.allclose(out["std"], std, rtol=1e-6)
+    assert torch.allclose(out["mean"], mean) and torch.allclose(out["raw_std"], std, rtol=1e-6)
     assert torch.allclose(out["dof"], dof) and torch.isfinite(dof).all()
     assert post.band_trusted
     assert not Posterior(config, vecs, chains=1).band_trusted
     assert not Posterior(config, vecs[:1], mc_dropout=10).band_trusted
+
+
+def test_std_is_the_calibrated_spread_and_predict_takes_what_train_returns():
+    """What a user takes from a prediction gives the calibrated band: mean ± z·std is
+    lower/upper at every level (two chains: a Student-t band; a calibrated run), and the
+    posterior's own spread carries its name (raw_std). predict takes train's result as it
+    takes a loaded run, with the same default device."""
+    import inspect
+
+    from scipy.stats import norm
+
+    from bdeeponet import TrainConfig, evaluate, generate, get_problem, predict, train
+    from bdeeponet.run import as_run
+
+    torch.set_num_threads(1)
+    data = generate(get_problem("antiderivative"), 0.05, np.random.default_rng(0), n_train=60,
+                    n_test=5)
+    result = train(data, TrainConfig(method="sgld", chains=2, epochs=8, batch_size=20, width=8,
+                                     latent=8, calibration=0.2), device="cpu")
+    assert as_run(result).posterior is result.posterior
+    for level in (0.5, 0.8, 0.95):
+        p = predict(result, data.u_test, data.y, level=level, device="cpu")
+        z = norm.ppf(0.5 + level / 2)
+        np.testing.assert_allclose(p["mean"] - z * p["std"], p["lower"], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(p["mean"] + z * p["std"], p["upper"], rtol=1e-12, atol=1e-12)
+        assert not np.allclose(p["std"], p["raw_std"])  # calibrated, not the raw spread
+    raw = result.posterior.predict(data.u_test, data.y)
+    assert {"raw_std", "raw_lower", "raw_upper"} <= set(raw) and "std" not in raw
+    assert evaluate(result, data, device="cpu")["e2"] == pytest.approx(result.metrics["e2"])
+    defaults = {f: inspect.signature(f).parameters["device"].default
+                for f in (train, predict, evaluate)}
+    assert set(defaults.values()) == {"auto"}, defaults
+    with pytest.raises(TypeError, match="expected a run"):
+        predict(object(), data.u_test, data.y)

@@ -524,8 +524,12 @@ def predictive_quantile(level: float, dof=None):
 
 def bands(mean, std, noise_std: float, calibration: Calibration | None = None,
           level: float = 0.95, function_level: float = 0.95, dof=None) -> dict[str, np.ndarray]:
-    """The docs/design.md prediction keys, each (n, P), for a mean and a posterior spread (and
-    ``dof``, the predictive distribution's degrees of freedom, inf: Gaussian)."""
+    """The docs/design.md prediction keys, each (n, P), for a mean and the raw posterior spread
+    ``std`` (and ``dof``, the predictive distribution's degrees of freedom, inf: Gaussian).
+
+    ``std`` in the result is the calibrated spread, ``(upper - mean) / z`` with z the Gaussian
+    quantile of ``level``: mean ± z·std is the solution band whatever the calibration or the
+    degrees of freedom. The posterior's own spread is ``raw_std``."""
     check_level(level)
     check_level(function_level)
     cal = calibration or Calibration()
@@ -535,7 +539,7 @@ def bands(mean, std, noise_std: float, calibration: Calibration | None = None,
     # the model's part and the Gaussian noise's half-widths add in quadrature
     obs_half = np.sqrt((k * half) ** 2 + (z_value(level) * noise_std) ** 2)
     out = {
-        "mean": mean, "std": std,
+        "mean": mean, "std": k * half / z_value(level), "raw_std": std,
         "dof": np.broadcast_to(np.inf if dof is None else np.asarray(dof, dtype=np.float64),
                                mean.shape),
         "lower": mean - k * half, "upper": mean + k * half,

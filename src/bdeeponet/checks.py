@@ -65,7 +65,7 @@ def closed_form_problem(seed: int = 0) -> ClosedForm:
 
     exact = fit_linear(ones(u[:N]), s_train, x[:, None], SIGMA, 1.0).predict(ones(u[N:]), x[:, None])
     t = [torch.tensor(a, dtype=torch.float32) for a in (u[:N], s_train, u[N:], x[:, None])]
-    return ClosedForm(*t, exact["mean"].numpy(), exact["std"].numpy(), s[N:])
+    return ClosedForm(*t, exact["mean"].numpy(), exact["raw_std"].numpy(), s[N:])
 
 
 def sample_predictions(sampler, problem: ClosedForm, burn_in: int = 100, keep: int = 300,

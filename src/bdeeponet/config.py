@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from .model import ACTIVATIONS
+from .samplers.mresgld import DEFAULT_C
 from .samplers.sgld import DEFAULT_LR, METRICS
 
 METHOD_NAMES = ("adam", "ensemble", "sgld", "resgld", "mresgld", "linear")
@@ -38,7 +39,7 @@ class TrainConfig:
     lr_hot: float | None = _opt(None, "step of the hot replica (default: lr)")
     tau1: float = _opt(1.0, "temperature of the cold replica (the posterior)")
     tau2: float = _opt(10.0, "temperature of the hot replica")
-    c: float = _opt(0.7, "m-reSGLD: probability that the hot replica trains the branch net")
+    c: float = _opt(DEFAULT_C, "m-reSGLD: probability that the hot replica trains the branch net")
     replicas: int = _opt(2, "reSGLD / m-reSGLD: temperature levels from tau1 to tau2 (2: the "
                          "paper's pair; more: a ladder with even-odd swaps)")
     ladder_adapt: int | None = _opt(None, "epochs after burn-in over which a ladder of more "

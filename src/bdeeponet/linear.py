@@ -49,8 +49,8 @@ class LinearPosterior:
         mean = x @ self.weights
         std = np.sqrt(np.einsum("ij,jk,ik->i", x, self.cov, x))[:, None] * np.ones_like(mean)
         mean, std = torch.from_numpy(mean), torch.from_numpy(std)
-        return {"mean": mean, "std": std, "dof": torch.full_like(mean, float("inf")),
-                "lower": mean - z * std, "upper": mean + z * std}
+        return {"mean": mean, "raw_std": std, "dof": torch.full_like(mean, float("inf")),
+                "raw_lower": mean - z * std, "raw_upper": mean + z * std}
 
     def state_dict(self) -> dict:
         return {"kind": self.kind, "weights": torch.from_numpy(self.weights),

@@ -215,7 +215,7 @@ def write_run_figures(out: Path, result, data, config, index: int = 0) -> list[P
     ``index`` with the run's 95% band, calibrated when the run was)."""
     post = result.posterior
     pred = post.predict(data.u_test[index : index + 1], data.y, seed=config.seed)
-    band = bands(pred["mean"].numpy(), pred["std"].numpy(), post.noise_std,
+    band = bands(pred["mean"].numpy(), pred["raw_std"].numpy(), post.noise_std,
                  Calibration.from_dict(post.calibration), dof=pred["dof"].numpy())
     mean, lower, upper = (band[k][0] for k in ("mean", "lower", "upper"))
     truth = data.s_test[index]

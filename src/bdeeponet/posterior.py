@@ -105,8 +105,10 @@ class Posterior:
                     yield functional_call(self.model, unflatten(vec, self.template), (u, y))
 
     def predict(self, u, y, z: float = 2.0, seed: int = 0) -> dict[str, torch.Tensor]:
-        """Mean, std, dof, lower, upper, each (n, P): the predictive distribution of
-        :func:`pooled_predictive` (``lower``/``upper``: mean ± z std)."""
+        """``mean``, ``raw_std``, ``dof``, ``raw_lower``, ``raw_upper``, each (n, P): the
+        predictive distribution of :func:`pooled_predictive`, uncalibrated
+        (``raw_lower``/``raw_upper``: mean ± z raw_std). The calibrated bands are
+        :func:`bdeeponet.predict`'s."""
         u = torch.as_tensor(u, dtype=torch.float32, device=self.samples.device)
         y = torch.as_tensor(y, dtype=torch.float32, device=self.samples.device)
         chains = 1 if self.mc_dropout else self.chains
@@ -120,8 +122,8 @@ class Posterior:
             total[k // draws] += pred
             sq[k // draws] += pred**2
         mean, std, dof = (t.cpu() for t in pooled_predictive(total / draws, sq / draws, draws))
-        return {"mean": mean, "std": std, "dof": dof, "lower": mean - z * std,
-                "upper": mean + z * std}
+        return {"mean": mean, "raw_std": std, "dof": dof, "raw_lower": mean - z * std,
+                "raw_upper": mean + z * std}
 
     def state_dict(self) -> dict:
         return {"config": self.config.to_dict(), "samples": self.samples,

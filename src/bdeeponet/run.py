@@ -24,7 +24,7 @@ class RunError(ValueError):
 
 @dataclass
 class Run:
-    path: Path
+    path: Path | None  # None for a run held in memory (what train returned)
     config: TrainConfig
     posterior: Posterior | LinearPosterior
     metrics: dict
@@ -59,11 +59,24 @@ def load_run(path: str | Path) -> Run:
     return Run(path, config, posterior, metrics, conf)
 
 
+def as_run(run) -> Run:
+    """``run`` itself, or a :class:`Run` over what :func:`bdeeponet.train` returned (its
+    posterior and config; no directory)."""
+    if isinstance(run, Run):
+        return run
+    posterior, config = getattr(run, "posterior", None), getattr(run, "config", None)
+    if posterior is None or config is None:
+        raise TypeError(f"expected a run (load_run(DIR) or what train returned), got "
+                        f"{type(run).__name__}")
+    return Run(None, config, posterior, run.metrics, {})
+
+
 def predict(run: Run, u, y, level: float = 0.95, function_level: float = 0.95,
-            device: torch.device | str | None = "cpu") -> dict[str, np.ndarray]:
+            device: torch.device | str | None = "auto") -> dict[str, np.ndarray]:
     """The prediction for inputs u (n, m) at points y (P, d), each (n, P): ``mean``, ``std``
     and the bands of :mod:`.calibration` (``lower``/``upper``: the solution at ``level``;
     ``obs_*``: a new measurement; ``sim_*``: the whole trajectory at ``function_level``)."""
+    run = as_run(run)
     u, y = _float_array("u", u), _float_array("y", y)
     if u.ndim != 2 or u.shape[1] != run.n_sensors:
         raise ValueError(
@@ -78,7 +91,7 @@ def predict(run: Run, u, y, level: float = 0.95, function_level: float = 0.95,
         run.posterior.to(resolve_device(device))
     out = run.posterior.predict(u, y, seed=run.config.seed)
     post = run.posterior
-    return bands(out["mean"].numpy(), out["std"].numpy(), post.noise_std,
+    return bands(out["mean"].numpy(), out["raw_std"].numpy(), post.noise_std,
                  Calibration.from_dict(post.calibration), level, function_level,
                  out["dof"].numpy())
 
@@ -91,10 +104,11 @@ def _float_array(key: str, a) -> np.ndarray:
         raise ValueError(f"'{key}' must hold numbers, got dtype {kind}") from None
 
 
-def evaluate(run: Run, data: OperatorData, device: torch.device | str | None = "cpu") -> dict:
+def evaluate(run: Run, data: OperatorData, device: torch.device | str | None = "auto") -> dict:
     """Metrics of the run's predictive distribution on ``data``'s test set."""
+    run = as_run(run)
     pred = predict(run, data.u_test, data.y, device=device)
-    return test_metrics(pred["mean"], pred["std"], data, run.posterior, pred["dof"],
+    return test_metrics(pred["mean"], pred["raw_std"], data, run.posterior, pred["dof"],
                         seed=run.config.seed)
 
 

@@ -54,6 +54,7 @@ class RunResult:
     metrics: dict
     history: list[dict]
     timing: dict
+    config: TrainConfig | None = None  # what was run (so that predict can take the result)
 
 
 @dataclass
@@ -376,7 +377,7 @@ def _finish(loop, sampler, config, mconf, data, out, noise_std: float, held_out,
         "epochs": config.epochs,
         "metric_seconds": loop.metric_seconds,
     }
-    return _write_run(out, RunResult(post, metrics, loop.history, timing), data)
+    return _write_run(out, RunResult(post, metrics, loop.history, timing, config), data)
 
 
 def _train_linear(data: OperatorData, config: TrainConfig, sigma: float, out, held_out,
@@ -394,7 +395,7 @@ def _train_linear(data: OperatorData, config: TrainConfig, sigma: float, out, he
            "e2_mean": metrics["e2"], "energy": float("nan"), "swap_rate": float("nan"),
            "sec_per_iter": seconds}
     timing = {"sec_per_iter": seconds, "n_iters": 1, "epochs": 1}
-    return _write_run(out, RunResult(post, metrics, [row], timing), data)
+    return _write_run(out, RunResult(post, metrics, [row], timing, config), data)
 
 
 def split_calibration(data: OperatorData, config: TrainConfig):
@@ -420,11 +421,11 @@ def _test_metrics(post, data: OperatorData, seed: int, held_out) -> dict:
     """Calibrate ``post`` on the held-out functions (in place), then its test metrics."""
     if held_out is not None:
         pred = post.predict(held_out[0], data.y, seed=seed)
-        post.calibration = fit_calibration(pred["mean"].numpy(), pred["std"].numpy(),
+        post.calibration = fit_calibration(pred["mean"].numpy(), pred["raw_std"].numpy(),
                                            held_out[1], post.noise_std, dof=pred["dof"].numpy(),
                                            y=data.y, trust_band=post.band_trusted).to_dict()
     pred = post.predict(data.u_test, data.y, seed=seed)
-    metrics = test_metrics(pred["mean"].numpy(), pred["std"].numpy(), data, post,
+    metrics = test_metrics(pred["mean"].numpy(), pred["raw_std"].numpy(), data, post,
                            pred["dof"].numpy(), seed=seed)
     metrics["n_samples"] = post.n_samples
     metrics["noise_std"] = post.noise_std

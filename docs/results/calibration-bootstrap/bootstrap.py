@@ -34,12 +34,12 @@ def scales(truth, pred) -> list[float]:
     """Per level, the k whose band mean ± q k std covers that share of ``truth``."""
     ratio = np.abs(truth - pred["mean"].numpy())
     return [float(np.quantile(ratio / (predictive_quantile(level, pred["dof"].numpy())
-                                       * pred["std"].numpy()), level)) for level in LEVELS]
+                                       * pred["raw_std"].numpy()), level)) for level in LEVELS]
 
 
 def coverage(truth, pred, ks) -> list[float]:
     """Pointwise coverage (%) of ``truth`` by the band scaled by ``ks`` (one k per level)."""
-    table = coverage_table(pred["mean"].numpy(), pred["std"].numpy(), truth, 0.0,
+    table = coverage_table(pred["mean"].numpy(), pred["raw_std"].numpy(), truth, 0.0,
                            Calibration(LEVELS, tuple(ks)), LEVELS, pred["dof"].numpy())
     return list(table["pointwise"].values())
 

@@ -50,8 +50,8 @@ def predictions(run_dir: Path, data):
     _, (_, s_clean) = split_calibration(dataclasses.replace(data, s_train=data.s_train_clean),
                                         run.config)
     ho, test = post.predict(u_ho, data.y, seed=seed), post.predict(data.u_test, data.y, seed=seed)
-    return (post, (*(ho[k].numpy() for k in ("mean", "std", "dof")), s_noisy, s_clean),
-            tuple(test[k].numpy() for k in ("mean", "std", "dof")))
+    return (post, (*(ho[k].numpy() for k in ("mean", "raw_std", "dof")), s_noisy, s_clean),
+            tuple(test[k].numpy() for k in ("mean", "raw_std", "dof")))
 
 
 def finished_runs(grid: Path) -> list[Path]:

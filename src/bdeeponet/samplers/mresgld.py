@@ -19,13 +19,15 @@ import torch
 
 from .resgld import ReplicaState, ReSGLD
 
+DEFAULT_C = 0.7  # the probability that the hot replica trains the branch (TrainConfig's too)
+
 
 @dataclass(frozen=True)
 class MReSGLD(ReSGLD):
     """``groups``: two lists of parameter names, e.g. ``parameter_groups(model)``."""
 
     groups: dict[str, list[str]] = field(default_factory=dict)
-    c: float = 0.5
+    c: float = DEFAULT_C
 
     name = "mresgld"
 
