@@ -155,8 +155,11 @@ def test_bands_nest_and_widen_with_the_level():
                            + SIGMA**2)
     for lo, hi in (("lower", "upper"), ("obs_lower", "obs_upper"), ("sim_lower", "sim_upper")):
         assert np.all(wide[hi] - wide[lo] > narrow[hi] - narrow[lo])
-    assert set(wide) == {"mean", "std", "dof", "lower", "upper", "obs_std", "obs_lower",
-                         "obs_upper", "sim_lower", "sim_upper"}
+    assert set(wide) == {"mean", "std", "raw_std", "dof", "lower", "upper", "obs_std",
+                         "obs_lower", "obs_upper", "sim_lower", "sim_upper"}
+    for level, b in ((0.5, narrow), (0.95, wide)):  # std is the calibrated spread
+        assert np.allclose(b["mean"] + z_value(level) * b["std"], b["upper"])
+        assert np.array_equal(b["raw_std"], std)
 
 
 def test_uncalibrated_bands_are_the_gaussian_ones():
