@@ -104,16 +104,24 @@ def test_stiffness_of_a_linear_model_is_one_and_needs_no_damping():
     assert metric.damping == 0.0
 
 
+def _deeponet_fit(seed, config, n, p, sigma, shape):
+    """A DeepONet at its initialisation (seed) and the energy of n functions u ~ N(0, I) with
+    targets shape(y) u_0 + N(0, sigma²) at p points of [0, 1]: (energy, params, u, s, g)."""
+    torch.manual_seed(seed)
+    model = DeepONet(config)
+    g = torch.Generator().manual_seed(seed)
+    u, y = torch.randn(n, config.n_sensors, generator=g), torch.linspace(0, 1, p)[:, None]
+    s = shape(y.T) * u[:, :1] + sigma * torch.randn(n, p, generator=g)
+    energy = GaussianEnergy(model, y, n, sigma, fan_in_prior(model))
+    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    return energy, params, u, s, g
+
+
 def test_tame_damps_a_deep_net_until_its_steps_are_safe():
     """A DeepONet far from its mode: the Hessian's residual curvature makes |λ|max(M H) large;
     the damped metric brings it under the target (the control is the undamped value)."""
-    torch.manual_seed(0)
-    model = DeepONet(ModelConfig(n_sensors=10, dim_y=1, width=16, latent=8))
-    g = torch.Generator().manual_seed(0)
-    u, y = torch.randn(200, 10, generator=g), torch.linspace(0, 1, 20)[:, None]
-    s = torch.sin(3 * y.T) * u[:, :1] + 0.01 * torch.randn(200, 20, generator=g)
-    energy = GaussianEnergy(model, y, 200, 0.01, fan_in_prior(model))
-    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    energy, params, u, s, g = _deeponet_fit(0, ModelConfig(n_sensors=10, dim_y=1, width=16, latent=8),
+                                            200, 20, 0.01, lambda y: torch.sin(3 * y))
     batches = [(u[i : i + 100], s[i : i + 100]) for i in (0, 100)]
     metric = estimate_kfac(energy, params, batches, g, samples=4)
     before = stiffness(energy, metric, params, batches, g)
@@ -125,13 +133,10 @@ def test_tame_damps_a_deep_net_until_its_steps_are_safe():
 def test_stiffness_is_the_largest_eigenvalue_of_the_metric_scaled_hessian():
     """Against a dense computation on a DeepONet small enough to form H: the eigenvalues of
     M^½ H M^½, with H by torch.func.hessian and M^½ applied to every unit vector."""
-    torch.manual_seed(1)
-    model = DeepONet(ModelConfig(n_sensors=4, dim_y=1, width=4, depth=1, latent=3))
-    g = torch.Generator().manual_seed(1)
-    u, y = torch.randn(60, 4, generator=g), torch.linspace(0, 1, 6)[:, None]
-    s = torch.cos(2 * y.T) * u[:, :1] + 0.05 * torch.randn(60, 6, generator=g)
-    energy = GaussianEnergy(model, y, 60, 0.05, fan_in_prior(model))
-    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    energy, params, u, s, g = _deeponet_fit(
+        1, ModelConfig(n_sensors=4, dim_y=1, width=4, depth=1, latent=3), 60, 6, 0.05,
+        lambda y: torch.cos(2 * y))
+    model, y = energy.model, energy.y
     batches = [(u[:30], s[:30]), (u[30:], s[30:])]
     metric = estimate_kfac(energy, params, batches, g, samples=4)
     names = list(params)
@@ -166,13 +171,8 @@ def test_hessian_on_a_subset_of_points_is_unbiased():
     4 standard errors (from the subsets' own spread); one subset alone is off by more than
     a standard error of the mean (so the average is what agrees). P <= 1024 uses every point."""
     assert hessian_points(HESSIAN_POINTS, torch.Generator()) is None
-    torch.manual_seed(2)
-    model = DeepONet(ModelConfig(n_sensors=5, dim_y=1, width=8, latent=4))
-    g = torch.Generator().manual_seed(2)
-    u, y = torch.randn(40, 5, generator=g), torch.linspace(0, 1, 3000)[:, None]
-    s = torch.sin(4 * y.T) * u[:, :1] + 0.05 * torch.randn(40, 3000, generator=g)
-    energy = GaussianEnergy(model, y, 40, 0.05, fan_in_prior(model))
-    params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    energy, params, u, s, g = _deeponet_fit(2, ModelConfig(n_sensors=5, dim_y=1, width=8, latent=4),
+                                            40, 3000, 0.05, lambda y: torch.sin(4 * y))
     batches = [(u, s)]
     metric = estimate_kfac(energy, params, batches, g, samples=2)
     v = {n: torch.randn(p.shape, generator=g, dtype=torch.float64) for n, p in params.items()}
