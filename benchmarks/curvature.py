@@ -56,8 +56,8 @@ def main() -> None:
     run, data = load_run(args.run), load(args.data)
     post, config = run.posterior, run.config
     fit, _ = split_calibration(data, config)
-    energy = setup(fit, config, post.noise_std).energy
-    u, s = (torch.as_tensor(a, dtype=torch.float32) for a in (fit.u_train, fit.s_train))
+    built = setup(fit, config, post.noise_std)  # u as the branch reads it (encoded where the run is)
+    energy, u, s = built.energy, built.u, built.s
     batches = metric_batches((u, s))
     few = [(u[: args.functions], s[: args.functions])]
     chains = post.chains or 1

@@ -3,7 +3,7 @@ against an Adam iteration of the same network, and m-reSGLD against reSGLD?
 
 The data are the `darcy2d` problem's (1000 training functions, noise 1% of the targets' sd)
 at n = 29 (m = P = 841) or n = 85 (m = P = 7225). The network is `train`'s default, so the
-branch reads the inputs' principal components (`branch_pca`, 256 here). "Adam" is the
+branch reads the inputs' principal components (`branch_pca`, 32 here). "Adam" is the
 samplers' own burn-in step (Adam on the same network and energy); the others are timed
 after `end_burn_in`, whose wall time (the Kronecker metric's estimate and taming) is
 printed per sampler. Ratios are within interleaved rounds; MFLOP: the matrix products of

@@ -566,6 +566,25 @@ def test_predict_at_new_query_points(capsys, tmp_path, runs, method, u_file):
         assert_band(dict(z), (2, 7))
 
 
+def test_predict_flags_novel_inputs_and_warns(capsys, tmp_path, runs, u_file):
+    """White-noise inputs are far from the training GRFs: every one is flagged, the command
+    warns once with the share, and a stricter false-alarm rate lowers every score's ratio."""
+    run, pred = runs("sgld"), tmp_path / "pred.npz"
+    rc, out, err = cli(capsys, "predict", run, u_file(new_inputs(4)), "--out", pred)
+    assert rc == 0 and "4 of 4 inputs (100%) are unlike the training inputs" in err
+    with np.load(pred) as z:
+        assert z["novel"].all() and json.loads(str(z["meta"]))["false_alarm"] == 0.05
+        loose = z["novelty"]
+    assert cli(capsys, "predict", run, u_file(new_inputs(4)), "--out", pred, "--false-alarm",
+               "0.2")[0] == 0
+    with np.load(pred) as z:
+        assert np.all(z["novelty"] > loose)  # a lower threshold: larger ratios
+    for bad in ("0", "1", "1.5", "abc"):
+        assert_error(cli(capsys, "predict", run, u_file(new_inputs(1)), "--out",
+                         tmp_path / "no.npz", "--false-alarm", bad), "false-alarm rate")
+    assert not (tmp_path / "no.npz").exists()
+
+
 def test_evaluate_prints_metrics_json(capsys, runs, method, data_file):
     rc, stdout, err = cli(capsys, "evaluate", runs(method), data_file)
     assert rc == 0, err
@@ -600,6 +619,9 @@ def assert_band(out: dict, shape: tuple) -> None:
     assert np.all(out["obs_lower"] <= out["lower"]) and np.all(out["upper"] <= out["obs_upper"])
     meta = json.loads(str(out["meta"]))
     assert meta["level"] == 0.95 and meta["function_level"] == 0.95 and meta["noise_std"] == 0.01
+    assert meta["false_alarm"] == 0.05
+    assert out["novelty"].shape == out["novel"].shape == shape[:1]
+    assert out["novel"].dtype == bool
 
 
 def _options(parser):
@@ -707,6 +729,12 @@ def test_import_bad_input_writes_nothing(capsys, tmp_path, extra, words):
     assert_error(cli(capsys, "import", tmp_path / "f.mat", *extra, "--out", tmp_path / "o.npz"),
                  *words)
     assert not (tmp_path / "o.npz").exists()
+
+
+def test_reproduce_refuses_a_problem_without_a_scenario(capsys, tmp_path):
+    assert_error(cli(capsys, "reproduce", "--out", tmp_path / "grid", "--problems", "burgers",
+                     "--noises", "0.01", "--epochs", "2"), "'burgers' has no scenario")
+    assert not (tmp_path / "grid").exists()
 
 
 def test_reproduce_refuses_a_bad_network_size_before_any_work(capsys, tmp_path):

@@ -49,10 +49,15 @@ def test_encoding_is_an_orthogonal_projection_scaled_to_unit_variance():
     np.testing.assert_array_equal(back(u), z)
 
 
-@pytest.mark.parametrize("r", [-1, 60, 301])
+def test_a_config_written_before_the_encoder_keeps_the_raw_sensors():
+    assert TrainConfig.from_dict({"method": "sgld"}).branch_pca == 0
+    assert TrainConfig.from_dict({"method": "sgld", "branch_pca": None}).branch_pca is None
+
+
+@pytest.mark.parametrize("r", [-1, 2.5, 60, 301])
 def test_bad_component_counts(r):
     with pytest.raises(ValueError, match="branch_pca"):
-        if r < 0:
+        if r < 0 or isinstance(r, float):
             TrainConfig(branch_pca=r)
         else:
             fit_pca(low_rank_inputs(), r)

@@ -108,6 +108,8 @@ def test_std_is_the_calibrated_spread_and_predict_takes_what_train_returns():
         z = norm.ppf(0.5 + level / 2)
         np.testing.assert_allclose(p["mean"] - z * p["std"], p["lower"], rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(p["mean"] + z * p["std"], p["upper"], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(p["mean"] + z * p["obs_std"], p["obs_upper"], rtol=1e-12,
+                                   atol=1e-12)
         assert not np.allclose(p["std"], p["raw_std"])  # calibrated, not the raw spread
     raw = result.posterior.predict(data.u_test, data.y)
     assert {"raw_std", "raw_lower", "raw_upper"} <= set(raw) and "std" not in raw

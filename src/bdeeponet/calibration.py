@@ -534,12 +534,13 @@ def bands(mean, std, noise_std: float, calibration: Calibration | None = None,
     check_level(function_level)
     cal = calibration or Calibration()
     mean, std = np.asarray(mean, dtype=np.float64), np.asarray(std, dtype=np.float64)
-    half, k = predictive_quantile(level, dof) * std, cal.scale(level)
-    obs_std = np.sqrt((k * std) ** 2 + noise_std**2)
+    half, k, z = predictive_quantile(level, dof) * std, cal.scale(level), z_value(level)
+    calibrated = k * half / z  # mean ± z calibrated is the solution band
+    obs_std = np.sqrt(calibrated**2 + noise_std**2)
     # the model's part and the Gaussian noise's half-widths add in quadrature
-    obs_half = np.sqrt((k * half) ** 2 + (z_value(level) * noise_std) ** 2)
+    obs_half = z * obs_std
     out = {
-        "mean": mean, "std": k * half / z_value(level), "raw_std": std,
+        "mean": mean, "std": calibrated, "raw_std": std,
         "dof": np.broadcast_to(np.inf if dof is None else np.asarray(dof, dtype=np.float64),
                                mean.shape),
         "lower": mean - k * half, "upper": mean + k * half,

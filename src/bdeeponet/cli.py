@@ -128,6 +128,16 @@ def _level(text: str) -> float:
     return value
 
 
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"a false-alarm rate must be in (0, 1), got '{text}'")
+    return value
+
+
 def _add_predict_evaluate(sub):
     p = sub.add_parser("predict", help="predictive mean, std and bands for new inputs")
     p.add_argument("run", help="run directory")
@@ -135,11 +145,13 @@ def _add_predict_evaluate(sub):
     p.add_argument("--out", required=True,
                    help="output .npz: mean, std, lower/upper (solution band), obs_std, "
                         "obs_lower/obs_upper (observation band), sim_lower/sim_upper (whole "
-                        "trajectory), meta")
+                        "trajectory), novelty and novel (per input), meta")
     p.add_argument("--level", type=_level, default=0.95,
                    help="nominal level of the pointwise bands")
     p.add_argument("--function-level", type=_level, default=0.95,
                    help="nominal level of the function-level band")
+    p.add_argument("--false-alarm", type=_rate, default=0.05,
+                   help="rate at which inputs drawn like the training inputs are flagged novel")
     _device_option(p)
     p = sub.add_parser("evaluate", help="metrics of a run on a data file's test set (JSON)")
     p.add_argument("run", help="run directory")
@@ -364,13 +376,23 @@ def cmd_predict(args) -> None:
         raise UsageError(f"{args.input}: missing key 'u' (input functions, shape (n, m))")
     u = arrays["u"]
     y = arrays["y"] if "y" in arrays else _run_query_points(run)
-    out = predict(run, u, y, args.level, args.function_level, device=args.device)
+    out = predict(run, u, y, args.level, args.function_level, device=args.device,
+                  false_alarm=args.false_alarm)
     meta = json.dumps({"level": args.level, "function_level": args.function_level,
-                       "noise_std": run.posterior.noise_std,
+                       "noise_std": run.posterior.noise_std, "false_alarm": args.false_alarm,
                        "calibrated": bool(run.posterior.calibration)})
     atomic_write(args.out, lambda fh: np.savez(fh, **out, y=y, meta=np.asarray(meta)))
-    print(f"wrote {args.out}: {', '.join(out)} of shape {out['mean'].shape} "
-          f"(bands at {args.level:g}, whole trajectories at {args.function_level:g})")
+    print(f"wrote {args.out}: {', '.join(out)} (each (n, P) = {out['mean'].shape}, novelty "
+          f"and novel (n,)); bands at {args.level:g}, whole trajectories at "
+          f"{args.function_level:g}")
+    if run.posterior.novelty is None:
+        print("warning: the run has no held-out functions (calibration = 0): novelty is not "
+              "scored", file=sys.stderr)
+    elif out["novel"].any():
+        print(f"warning: {int(out['novel'].sum())} of {len(u)} inputs "
+              f"({100 * out['novel'].mean():.0f}%) are unlike the training inputs (flagged at a "
+              f"{args.false_alarm:g} false-alarm rate): their bands may not hold",
+              file=sys.stderr)
 
 
 def _run_query_points(run) -> np.ndarray:

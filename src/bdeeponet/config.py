@@ -119,9 +119,10 @@ class TrainConfig:
             raise ValueError(f"c must be in [0, 1], got {self.c}")
         if self.burn_in is not None and not 0 <= self.burn_in < self.epochs:
             raise ValueError(f"burn_in must be in [0, epochs), got {self.burn_in}")
-        if self.branch_pca is not None and (isinstance(self.branch_pca, bool)
+        if self.branch_pca is not None and (not isinstance(self.branch_pca, int)
+                                            or isinstance(self.branch_pca, bool)
                                             or self.branch_pca < 0):
-            raise ValueError(f"branch_pca must be >= 0, got {self.branch_pca}")
+            raise ValueError(f"branch_pca must be an integer >= 0, got {self.branch_pca!r}")
         if self.thin is not None and self.thin < 1:
             raise ValueError(f"thin must be >= 1, got {self.thin}")
 
@@ -162,6 +163,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
         d = dict(d)
+        d.setdefault("branch_pca", 0)  # written before the encoder: the raw sensors
         if "precondition" in d:  # run directories written before the Kronecker metric
             d.setdefault("metric", "rmsprop" if d.pop("precondition") else "identity")
             d.setdefault("standardise", False)

@@ -280,7 +280,7 @@ def generate(
     """
     if not (np.isfinite(noise_std) and noise_std > 0):  # also refuses NaN and inf
         raise ValueError(f"noise must be a finite number > 0, got {noise_std}")
-    for name, v, lo in (("n_train", n_train, 1), ("n_test", n_test, 1), ("m", m or 2, 2)):
+    for name, v, lo in (("n_train", n_train, 1), ("n_test", n_test, 1), ("m", 100 if m is None else m, 2)):
         if v < lo:
             raise ValueError(f"{name} must be >= {lo}, got {v}")
     u, s, sensors = draw_inputs(problem, n_train + n_test, rng, m, length_scale)

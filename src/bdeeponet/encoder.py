@@ -83,9 +83,7 @@ def fit_pca(u_train: np.ndarray, components: int | None = None) -> PCAEncoder | 
                          f"minus one and the sensors), got {components}")
     if limit < 1:
         raise ValueError("a PCA encoder needs at least 2 training functions")
-    mean = u.mean(axis=0)
-    _, sv, vt = np.linalg.svd(u - mean, full_matrices=False)
-    var = sv**2
+    mean, var, vt = principal_components(u)
     total = var.sum()
     if total <= 0:
         raise ValueError("the training inputs are all equal: no principal components to encode")
@@ -98,3 +96,11 @@ def fit_pca(u_train: np.ndarray, components: int | None = None) -> PCAEncoder | 
     if scale <= 0:
         raise ValueError(f"the first {r} principal components of the training inputs are zero")
     return PCAEncoder(mean, vt[:r].T.copy(), scale, float(var[:r].sum() / total))
+
+
+def principal_components(u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(mean (m,), sums of squares (k,), directions (k, m))`` of the rows of ``u`` (N, m),
+    k = min(N, m), largest first: the SVD of the centred rows."""
+    mean = u.mean(axis=0)
+    _, sv, vt = np.linalg.svd(u - mean, full_matrices=False)
+    return mean, sv**2, vt

@@ -52,6 +52,12 @@ def scenarios(problems=None, noises=None) -> list[tuple[str, float]]:
             raise ValueError(f"unknown problem '{p}'; choose one of: {', '.join(PROBLEMS)}")
     chosen = [s for s in PAPER_SCENARIOS + EXTRA_SCENARIOS if s[0] in problems] if problems \
         else list(PAPER_SCENARIOS)
+    gridded = {p for p, _ in PAPER_SCENARIOS + EXTRA_SCENARIOS}
+    for p in problems:
+        if p not in gridded:
+            raise ValueError(f"problem '{p}' has no scenario in the paper's grid; the grid's "
+                             f"problems: {', '.join(dict.fromkeys(sorted(gridded)))} (train "
+                             f"{p} with 'bdeeponet train')")
     if noises:
         names = list(dict.fromkeys(p for p, _ in chosen))
         for n in noises:

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from scipy.linalg import cho_factor, cho_solve
 
+from .novelty import Novelty
+
 
 @dataclass
 class LinearPosterior:
@@ -26,6 +28,7 @@ class LinearPosterior:
     y: np.ndarray  # training query points (P, d)
     noise_std: float = float("nan")
     calibration: dict | None = None  # Calibration.to_dict() from held-out functions
+    novelty: Novelty | None = None  # how unlike the training inputs an input is
 
     kind = "linear"
     n_samples = 0
@@ -55,12 +58,14 @@ class LinearPosterior:
     def state_dict(self) -> dict:
         return {"kind": self.kind, "weights": torch.from_numpy(self.weights),
                 "cov": torch.from_numpy(self.cov), "y": torch.from_numpy(self.y),
-                "noise_std": self.noise_std, "calibration": self.calibration}
+                "noise_std": self.noise_std, "calibration": self.calibration,
+                "novelty": None if self.novelty is None else self.novelty.state_dict()}
 
     @classmethod
     def from_state_dict(cls, d: dict) -> LinearPosterior:
         return cls(d["weights"].numpy(), d["cov"].numpy(), d["y"].numpy(),
-                   float(d.get("noise_std", float("nan"))), d.get("calibration"))
+                   float(d.get("noise_std", float("nan"))), d.get("calibration"),
+                   None if d.get("novelty") is None else Novelty.from_state_dict(d["novelty"]))
 
 
 def fit_linear(u, s, y, noise_std: float, prior_std: float = 1.0) -> LinearPosterior:

@@ -16,6 +16,7 @@ from torch.func import functional_call
 
 from .encoder import PCAEncoder
 from .energy import Params
+from .novelty import Novelty
 from .model import DeepONet, ModelConfig, set_dropout_generator
 
 
@@ -49,6 +50,7 @@ class Posterior:
     calibration: dict | None = None  # Calibration.to_dict() from held-out functions
     chains: int = 1
     encoder: PCAEncoder | None = None  # maps raw inputs (n, m) to what the branch reads
+    novelty: Novelty | None = None  # how unlike the training inputs an input is
 
     def __post_init__(self):
         if not self.mc_dropout and self.samples.shape[0] % self.chains:
@@ -129,14 +131,16 @@ class Posterior:
         return {"config": self.config.to_dict(), "samples": self.samples,
                 "mc_dropout": self.mc_dropout, "noise_std": self.noise_std,
                 "calibration": self.calibration, "chains": self.chains,
-                "encoder": None if self.encoder is None else self.encoder.state_dict()}
+                "encoder": None if self.encoder is None else self.encoder.state_dict(),
+                "novelty": None if self.novelty is None else self.novelty.state_dict()}
 
     @classmethod
     def from_state_dict(cls, d: dict) -> Posterior:
         return cls(ModelConfig(**d["config"]), d["samples"], int(d["mc_dropout"]),
                    float(d.get("noise_std", float("nan"))), d.get("calibration"),
                    int(d.get("chains", 1)),
-                   None if d.get("encoder") is None else PCAEncoder.from_state_dict(d["encoder"]))
+                   None if d.get("encoder") is None else PCAEncoder.from_state_dict(d["encoder"]),
+                   None if d.get("novelty") is None else Novelty.from_state_dict(d["novelty"]))
 
 
 def pooled_predictive(chain_mean: torch.Tensor, chain_sq: torch.Tensor, draws: int):

@@ -15,6 +15,7 @@ from .data import OperatorData
 from .device import resolve_device
 from .linear import LinearPosterior
 from .metrics import all_metrics
+from .novelty import DEFAULT_FALSE_ALARM, check_false_alarm
 from .posterior import Posterior
 
 
@@ -72,11 +73,15 @@ def as_run(run) -> Run:
 
 
 def predict(run: Run, u, y, level: float = 0.95, function_level: float = 0.95,
-            device: torch.device | str | None = "auto") -> dict[str, np.ndarray]:
+            device: torch.device | str | None = "auto",
+            false_alarm: float = DEFAULT_FALSE_ALARM) -> dict[str, np.ndarray]:
     """The prediction for inputs u (n, m) at points y (P, d), each (n, P): ``mean``, ``std``
     and the bands of :mod:`.calibration` (``lower``/``upper``: the solution at ``level``;
-    ``obs_*``: a new measurement; ``sim_*``: the whole trajectory at ``function_level``)."""
+    ``obs_*``: a new measurement; ``sim_*``: the whole trajectory at ``function_level``);
+    per function (n,), ``novelty`` and ``novel`` (:mod:`.novelty`: flagged at the
+    ``false_alarm`` rate; NaN and False for a run without held-out functions)."""
     run = as_run(run)
+    check_false_alarm(false_alarm)
     u, y = _float_array("u", u), _float_array("y", y)
     if u.ndim != 2 or u.shape[1] != run.n_sensors:
         raise ValueError(
@@ -91,9 +96,14 @@ def predict(run: Run, u, y, level: float = 0.95, function_level: float = 0.95,
         run.posterior.to(resolve_device(device))
     out = run.posterior.predict(u, y, seed=run.config.seed)
     post = run.posterior
-    return bands(out["mean"].numpy(), out["raw_std"].numpy(), post.noise_std,
-                 Calibration.from_dict(post.calibration), level, function_level,
-                 out["dof"].numpy())
+    result = bands(out["mean"].numpy(), out["raw_std"].numpy(), post.noise_std,
+                   Calibration.from_dict(post.calibration), level, function_level,
+                   out["dof"].numpy())
+    if post.novelty is None:
+        result["novelty"], result["novel"] = np.full(len(u), np.nan), np.zeros(len(u), bool)
+    else:
+        result["novelty"], result["novel"] = post.novelty.score(u, false_alarm)
+    return result
 
 
 def _float_array(key: str, a) -> np.ndarray:

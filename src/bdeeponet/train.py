@@ -33,6 +33,7 @@ from .linear import LinearPosterior, fit_linear
 from .metrics import convergence, effective_sample_size, relative_errors
 from .model import DeepONet, ModelConfig, parameter_groups, set_dropout_generator, standardisation
 from .noise import noise_sd_from_residuals
+from .novelty import DEFAULT_FALSE_ALARM, fit_novelty
 from .posterior import Posterior, flatten
 from .progress import Progress
 from .run import test_metrics
@@ -420,6 +421,7 @@ def split_calibration(data: OperatorData, config: TrainConfig):
 def _test_metrics(post, data: OperatorData, seed: int, held_out) -> dict:
     """Calibrate ``post`` on the held-out functions (in place), then its test metrics."""
     if held_out is not None:
+        post.novelty = fit_novelty(data.u_train, held_out[0])
         pred = post.predict(held_out[0], data.y, seed=seed)
         post.calibration = fit_calibration(pred["mean"].numpy(), pred["raw_std"].numpy(),
                                            held_out[1], post.noise_std, dof=pred["dof"].numpy(),
@@ -429,6 +431,10 @@ def _test_metrics(post, data: OperatorData, seed: int, held_out) -> dict:
                            pred["dof"].numpy(), seed=seed)
     metrics["n_samples"] = post.n_samples
     metrics["noise_std"] = post.noise_std
+    if post.novelty is not None:  # the test functions are drawn like the training ones
+        flagged = post.novelty.score(data.u_test, DEFAULT_FALSE_ALARM)[1]
+        metrics["novelty"] = {"false_alarm": DEFAULT_FALSE_ALARM,
+                              "test_flagged": float(flagged.mean())}
     return metrics
 
 

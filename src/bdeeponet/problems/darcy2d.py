@@ -135,4 +135,6 @@ class Darcy2D:
                                    shape=(inner * inner,) * 2)
             rhs = f[i, 1:-1, 1:-1].ravel() * h * h
             out[i, 1:-1, 1:-1] = spsolve(matrix, rhs).reshape(inner, inner)
+        if not np.all(np.isfinite(out)):
+            raise ValueError("darcy2d: the solve gave NaN or inf (degenerate permeabilities?)")
         return out
