@@ -16,8 +16,8 @@ from torch.func import functional_call
 
 from .encoder import PCAEncoder
 from .energy import Params
-from .novelty import Novelty
 from .model import DeepONet, ModelConfig, set_dropout_generator
+from .novelty import Novelty
 
 
 def flatten(params: Params, batched: bool = False) -> torch.Tensor:
