@@ -567,16 +567,22 @@ def test_predict_at_new_query_points(capsys, tmp_path, runs, method, u_file):
 
 
 def test_predict_flags_novel_inputs_and_warns(capsys, tmp_path, runs, u_file):
-    """White-noise inputs are far from the training GRFs: every one is flagged, the command
-    warns once with the share, and a stricter false-alarm rate lowers every score's ratio."""
+    """The tiny run holds out 2 functions: too few to flag at 5% (it says so); at a rate of
+    0.5 white-noise inputs, far from the training GRFs, are all flagged with one warning
+    line, and a higher rate (a lower threshold) raises every score."""
     run, pred = runs("sgld"), tmp_path / "pred.npz"
     rc, out, err = cli(capsys, "predict", run, u_file(new_inputs(4)), "--out", pred)
+    assert rc == 0 and "too few to flag inputs at a 0.05 false-alarm rate" in err
+    with np.load(pred) as z:
+        assert not z["novel"].any() and json.loads(str(z["meta"]))["false_alarm"] == 0.05
+    rc, out, err = cli(capsys, "predict", run, u_file(new_inputs(4)), "--out", pred,
+                       "--false-alarm", "0.5")
     assert rc == 0 and "4 of 4 inputs (100%) are unlike the training inputs" in err
     with np.load(pred) as z:
-        assert z["novel"].all() and json.loads(str(z["meta"]))["false_alarm"] == 0.05
+        assert z["novel"].all()
         loose = z["novelty"]
     assert cli(capsys, "predict", run, u_file(new_inputs(4)), "--out", pred, "--false-alarm",
-               "0.2")[0] == 0
+               "0.7")[0] == 0
     with np.load(pred) as z:
         assert np.all(z["novelty"] > loose)  # a lower threshold: larger ratios
     for bad in ("0", "1", "1.5", "abc"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -62,6 +63,13 @@ def _add_generate(sub):
     p.add_argument("--seed", type=int, default=0, help="seed of the inputs and the noise")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="problem parameter, e.g. --param D=0.05 (repeatable)")
+    p.add_argument("--inputs", metavar="PICKED.npz",
+                   help="solve these inputs ('u' (n, m) at m equispaced sensors, as 'acquire' "
+                        "writes them) instead of drawing new ones; they become the training "
+                        "functions (and, without --merge-into, the test set too)")
+    p.add_argument("--merge-into", metavar="DATA.npz",
+                   help="with --inputs: DATA's training functions plus the solved inputs, "
+                        "DATA's test set (noise: DATA's sd unless --noise)")
 
 
 def _add_train(sub):
@@ -235,6 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_predict_evaluate(sub)
     _add_reproduce(sub)
+    p = sub.add_parser("acquire", help="the pool inputs the posterior is least sure of, picked "
+                       "as a batch (the next simulations to run)")
+    p.add_argument("run", help="run directory")
+    p.add_argument("pool", help=".npz with 'u' (n, m): the candidate inputs")
+    p.add_argument("--n", type=int, required=True, help="how many to pick")
+    p.add_argument("--out", required=True, help="output .npz: u, index (into the pool), score")
     sub.add_parser("problems", help="list the problems: equation, parameters and defaults")
     return parser
 
@@ -257,6 +271,10 @@ def cmd_generate(args) -> None:
     from .problems import get_problem
 
     problem = get_problem(args.problem, **_parse_params(args.param))
+    if args.merge_into and not args.inputs:
+        raise UsageError("--merge-into needs --inputs PICKED.npz")
+    if args.inputs:
+        return _generate_from_inputs(problem, args)
     if args.out.endswith((".mat", ".h5", ".hdf5")):
         return _generate_published(problem, args)
     if not args.out.endswith(".npz"):
@@ -273,6 +291,45 @@ def cmd_generate(args) -> None:
     data.save(args.out)
     print(f"wrote {args.out}: {data.n_train} train / {data.u_test.shape[0]} test functions, "
           f"{data.n_sensors} sensors, {data.n_points} query points, noise sd {data.noise_std:g}")
+
+
+def _generate_from_inputs(problem, args) -> None:
+    """Solve given inputs (``acquire``'s picks) and write them as training functions, merged
+    into a data file when asked (train -> acquire -> generate --inputs -> train)."""
+    from .data import OperatorData, load, read_npz, solve_inputs
+
+    if not args.out.endswith(".npz"):
+        raise UsageError(f"--out must end in .npz with --inputs, got '{args.out}'")
+    arrays = read_npz(args.inputs)
+    if "u" not in arrays:
+        raise UsageError(f"{args.inputs}: missing key 'u' (the inputs to solve, shape (n, m))")
+    base = load(args.merge_into) if args.merge_into else None
+    u = np.asarray(arrays["u"], dtype=np.float64)
+    if base is not None and (u.ndim != 2 or u.shape[1] != base.n_sensors):
+        raise UsageError(f"{args.inputs}: 'u' has shape {u.shape}; {args.merge_into} has "
+                         f"{base.n_sensors} sensors")
+    s = solve_inputs(problem, u)
+    sd = args.noise if args.noise is not None else (base.noise_std if base is not None else None)
+    if sd is None or not (np.isfinite(sd) and sd > 0):
+        raise UsageError("--noise SD (> 0) is required (or --merge-into a file that records its "
+                         "noise sd)")
+    noisy = s + sd * np.random.default_rng(args.seed).standard_normal(s.shape)
+    meta = {"problem": problem.name, "noise_std": float(sd), "solved_inputs": args.inputs}
+    if base is None:
+        data = OperatorData(u, noisy, u, s, problem.query_points(), s_train_clean=s,
+                            noise_std=float(sd), meta=meta)
+    else:
+        if base.y.shape != problem.query_points().shape or not np.allclose(
+                base.y, problem.query_points()):
+            raise UsageError(f"{args.merge_into} was not made by {problem.name} with these "
+                             f"parameters: its query points differ")
+        clean = None if base.s_train_clean is None else np.vstack([base.s_train_clean, s])
+        data = OperatorData(np.vstack([base.u_train, u]), np.vstack([base.s_train, noisy]),
+                            base.u_test, base.s_test, base.y, base.sensors, clean, float(sd),
+                            {**base.meta, "merged": meta})
+    data.save(args.out)
+    print(f"wrote {args.out}: {data.n_train} train ({len(u)} solved from {args.inputs}) / "
+          f"{data.u_test.shape[0]} test functions, noise sd {sd:g}")
 
 
 def _generate_published(problem, args) -> None:
@@ -385,9 +442,14 @@ def cmd_predict(args) -> None:
     print(f"wrote {args.out}: {', '.join(out)} (each (n, P) = {out['mean'].shape}, novelty "
           f"and novel (n,)); bands at {args.level:g}, whole trajectories at "
           f"{args.function_level:g}")
-    if run.posterior.novelty is None:
+    novelty = run.posterior.novelty
+    if novelty is None:
         print("warning: the run has no held-out functions (calibration = 0): novelty is not "
               "scored", file=sys.stderr)
+    elif math.isinf(novelty.threshold(args.false_alarm)):
+        print(f"warning: the run's {novelty.held_out.size} held-out functions are too few to "
+              f"flag inputs at a {args.false_alarm:g} false-alarm rate (it needs at least "
+              f"{math.ceil(1 / args.false_alarm) - 1}); none is flagged", file=sys.stderr)
     elif out["novel"].any():
         print(f"warning: {int(out['novel'].sum())} of {len(u)} inputs "
               f"({100 * out['novel'].mean():.0f}%) are unlike the training inputs (flagged at a "
@@ -442,7 +504,26 @@ def cmd_problems(args) -> None:
     print(describe_problems())
 
 
-COMMANDS = {"generate": cmd_generate, "problems": cmd_problems, "import": cmd_import,
+def cmd_acquire(args) -> None:
+    from .acquire import acquire
+    from .data import read_npz
+    from .io import atomic_write
+    from .run import load_run
+
+    run = load_run(args.run)
+    arrays = read_npz(args.pool)
+    if "u" not in arrays:
+        raise UsageError(f"{args.pool}: missing key 'u' (candidate inputs, shape (n, m))")
+    u = arrays["u"]
+    picks, scores = acquire(run, u, args.n)
+    meta = json.dumps({"pool": args.pool, "run": args.run, "n": args.n})
+    atomic_write(args.out, lambda fh: np.savez(fh, u=np.asarray(u)[picks], index=picks,
+                                               score=scores, meta=np.asarray(meta)))
+    print(f"wrote {args.out}: {len(picks)} of {len(u)} pool inputs ('u', 'index' into the "
+          f"pool, 'score': the predictive variance left at each pick)")
+
+
+COMMANDS = {"generate": cmd_generate, "acquire": cmd_acquire, "problems": cmd_problems, "import": cmd_import,
             "plot-data": cmd_plot_data, "train": cmd_train, "predict": cmd_predict,
             "evaluate": cmd_evaluate, "calibrate": cmd_calibrate, "reproduce": cmd_reproduce}
 

@@ -317,6 +317,17 @@ def _jsonable(v):
     return v.item() if isinstance(v, np.generic) else v
 
 
+def solve_inputs(problem, u) -> np.ndarray:
+    """Clean solutions (n, P) for inputs u (n, m) given at m equispaced sensors on [0, 1]
+    (as ``generate`` writes them); a field problem solves at its own sensors."""
+    u = np.asarray(u, dtype=np.float64)
+    if u.ndim != 2 or u.shape[1] < 2:
+        raise ValueError(f"inputs must have shape (n, m) with m >= 2, got {u.shape}")
+    if hasattr(problem, "draw"):
+        return problem.solve(u)
+    return problem.solve(np.linspace(0.0, 1.0, u.shape[1]), u)
+
+
 def draw_inputs(problem, n: int, rng: np.random.Generator, m: int | None = None,
                 length_scale: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """n inputs at the sensors (n, m), their clean solutions (n, P) and the sensors (m, d_in).

@@ -1,0 +1,77 @@
+"""Picking the next inputs to simulate: the greedy conditional variance against its closed
+form, near-duplicates left out, and the command line's loop."""
+
+import json
+
+import numpy as np
+import pytest
+
+from bdeeponet.acquire import greedy_conditional_variance
+
+
+def test_scores_are_the_variance_left_given_the_earlier_picks():
+    """Each pick's score is K_ii - K_iS K_SS^-1 K_Si (S: the earlier picks), and it is the
+    largest such value among the candidates not yet picked."""
+    f = np.random.default_rng(0).standard_normal((30, 12))
+    k = f @ f.T
+    picks, scores = greedy_conditional_variance(f, 8)
+    for t, i in enumerate(picks):
+        s = list(picks[:t])
+        left = np.diag(k) - (np.einsum("is,st,it->i", k[:, s], np.linalg.inv(k[np.ix_(s, s)]),
+                                       k[:, s]) if s else 0)
+        assert scores[t] == pytest.approx(left[i], rel=1e-8)
+        others = np.setdiff1d(np.arange(30), s)
+        assert left[i] >= left[others].max() - 1e-9
+    assert len(set(picks)) == 8
+
+
+def test_a_near_duplicate_is_not_picked_twice():
+    """Two copies of the most uncertain candidate and a weaker, different one: the batch
+    takes one copy and the different one; the top two by variance alone are the copies."""
+    a, b = np.array([3.0, 0.0, 0.0]), np.array([0.0, 1.0, 0.0])
+    f = np.vstack([a, a + 1e-6, b, 0.1 * a])
+    picks, scores = greedy_conditional_variance(f, 2)
+    assert set(picks) == {0, 2} or set(picks) == {1, 2}
+    assert list(np.argsort(-np.einsum("ij,ij->i", f, f))[:2]) in ([0, 1], [1, 0])  # the control
+
+
+def test_picks_beyond_the_draws_rank_go_by_variance():
+    """Draws of rank 2: after two picks nothing is left to explain; the rest come by their
+    own variance, with score 0."""
+    f = np.outer(np.arange(1, 7), [1.0, 0.0]) + np.outer([0, 0, 0, 0, 0, 1.0], [0.0, 1.0])
+    picks, scores = greedy_conditional_variance(f, 4)
+    assert len(set(picks)) == 4 and np.all(scores[2:] == 0) and np.all(scores[:2] > 0)
+
+
+def test_the_command_line_loop(tmp_path):
+    """train -> acquire -> generate --inputs --merge-into -> train, on a tiny run."""
+    from bdeeponet.cli import main
+    from bdeeponet.data import load
+    from bdeeponet.grf import rbf_grf
+
+    data, run, pool = tmp_path / "d.npz", tmp_path / "run", tmp_path / "pool.npz"
+    assert main(["generate", "darcy", "--noise", "0.01", "--n-train", "40", "--n-test", "5",
+                 "--out", str(data)]) == 0
+    tiny = ["--epochs", "8", "--batch-size", "10", "--width", "8", "--latent", "8", "--quiet",
+            "--calibration", "0.2"]
+    assert main(["train", str(data), "--method", "sgld", "--out", str(run), *tiny]) == 0
+    x = np.linspace(0, 1, 100)
+    np.savez(pool, u=rbf_grf(x, 30, np.random.default_rng(3), length_scale=0.1))
+    picked, merged = tmp_path / "picked.npz", tmp_path / "merged.npz"
+    assert main(["acquire", str(run), str(pool), "--n", "6", "--out", str(picked)]) == 0
+    with np.load(picked) as z:
+        assert z["u"].shape == (6, 100) and len(set(z["index"])) == 6
+        assert np.all(np.diff(z["score"]) <= 1e-12) and json.loads(str(z["meta"]))["n"] == 6
+        np.testing.assert_array_equal(z["u"], np.load(pool)["u"][z["index"]])
+    assert main(["generate", "darcy", "--inputs", str(picked), "--merge-into", str(data),
+                 "--out", str(merged)]) == 0
+    before, after = load(data), load(merged)
+    assert after.n_train == before.n_train + 6 and after.noise_std == before.noise_std
+    np.testing.assert_array_equal(after.s_test, before.s_test)
+    assert main(["train", str(merged), "--method", "sgld", "--out", str(tmp_path / "run2"),
+                 *tiny]) == 0
+    for argv in (["acquire", str(run), str(pool), "--n", "0", "--out", str(tmp_path / "x.npz")],
+                 ["acquire", str(run), str(pool), "--n", "31", "--out", str(tmp_path / "x.npz")],
+                 ["acquire", str(run), str(data), "--n", "2", "--out", str(tmp_path / "x.npz")]):
+        assert main(argv) == 2
+    assert not (tmp_path / "x.npz").exists()
