@@ -126,24 +126,23 @@ def _noise_std(text: str):
     return value
 
 
-def _level(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"a nominal level must be in (0, 1), got '{text}'")
-    return value
+def _unit_interval(what: str):
+    """An argparse type: a number in (0, 1), else one line naming ``what``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not 0 < value < 1:
+            raise argparse.ArgumentTypeError(f"{what} must be in (0, 1), got '{text}'")
+        return value
+
+    return parse
 
 
-def _rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"a false-alarm rate must be in (0, 1), got '{text}'")
-    return value
+_level = _unit_interval("a nominal level")
+_rate = _unit_interval("a false-alarm rate")
 
 
 def _add_predict_evaluate(sub):
