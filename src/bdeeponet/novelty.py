@@ -8,10 +8,7 @@ leading principal components plus the residual off them:
 
 λ_i the training inputs' variance along component i and λ_res their mean variance per
 dimension off the r components (floored at 1e-12 λ_1). r counts the components whose
-variance exceeds 1e-12 λ_1, at most half the training functions and 256: pooling smaller
-but real components into λ_res made the score heavy-tailed, and an input at twice the
-training amplitude was then flagged only 36-46% of the time (r = 8-15 on GRF inputs of
-rank 19), against 100% with every real component kept. Scores of the held-out training
+variance exceeds 1e-12 λ_1, at most half the training functions and 256 (why: docs/bands.md). Scores of the held-out training
 functions (which neither the network nor the components saw) are kept sorted; at a
 false-alarm rate α the threshold is their conformal (1 - α) quantile, the
 ⌈(n + 1)(1 - α)⌉-th smallest of n, so an input drawn like the training inputs is flagged
