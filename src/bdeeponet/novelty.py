@@ -9,10 +9,11 @@ leading principal components plus the residual off them:
 λ_i the training inputs' variance along component i and λ_res their mean variance per
 dimension off the r components (floored at 1e-12 λ_1). r counts the components whose
 variance exceeds 1e-12 λ_1, at most half the training functions and 256 (why:
-docs/bands.md). Scores of the held-out training functions (which neither the network nor the components saw) are kept sorted; at a
-false-alarm rate α the threshold is their conformal (1 - α) quantile, the
-⌈(n + 1)(1 - α)⌉-th smallest of n, so an input drawn like the training inputs is flagged
-with probability at most α. ``novelty`` is d² over that threshold: above 1, flagged.
+docs/bands.md). Scores of the held-out training functions (which neither the network nor
+the components saw) are kept sorted; at a false-alarm rate α the threshold is their
+conformal (1 - α) quantile, the ⌈(n + 1)(1 - α)⌉-th smallest of n, so an input drawn like
+the training inputs is flagged with probability at most α. ``novelty`` is d² over that
+threshold: above 1, flagged.
 """
 
 from __future__ import annotations
