@@ -1,4 +1,4 @@
-"""The closed-form check of bdeeponet.checks, drawn: each sampler's predictive sd at every
+"""The closed-form check of tests/closed_form.py, drawn: each sampler's predictive sd at every
 test point against the exact one, and the numbers the test suite checks.
 
 Run: python benchmarks/closed_form_check.py [--out DIR]   (writes closed-form-check.png/.json)
@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the suite's check
+
+from closed_form import LinearOperator, closed_form_problem, compare, sample_predictions
+
 from bdeeponet import SGLD, MReSGLD, ReSGLD
-from bdeeponet.checks import LinearOperator, closed_form_problem, compare, sample_predictions
 from bdeeponet.plots import figure, save
 
 SAMPLERS = {

@@ -6,9 +6,9 @@ members against separate Adam runs, the per-pair swaps of C replica pairs, and r
 import numpy as np
 import pytest
 import torch
+from closed_form import LinearOperator
 
 from bdeeponet import TrainConfig, generate, get_problem, train
-from bdeeponet.checks import LinearOperator
 from bdeeponet.energy import GaussianEnergy, autograd_value_and_grad, fan_in_prior
 from bdeeponet.model import DeepONet, ModelConfig, parameter_groups
 from bdeeponet.samplers import AdamDropout, DeepEnsemble, MReSGLD, ReSGLD

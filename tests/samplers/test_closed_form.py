@@ -1,13 +1,13 @@
 """The samplers at their defaults against a closed-form posterior at the paper's scale
-(``bdeeponet.checks``: N = 1000 GRF inputs, P = 100 targets each, σ = 0.01, 10,200
+(``tests/closed_form.py``: N = 1000 GRF inputs, P = 100 targets each, σ = 0.01, 10,200
 parameters). Tolerances come from the effective sample size of the sampled predictions."""
 
 import numpy as np
 import pytest
 import torch
+from closed_form import LinearOperator, closed_form_problem, compare, sample_predictions
 
 from bdeeponet import SGLD, MReSGLD, ReSGLD
-from bdeeponet.checks import LinearOperator, closed_form_problem, compare, sample_predictions
 
 torch.set_num_threads(1)
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from closed_form import LinearOperator
 
-from bdeeponet.checks import LinearOperator
 from bdeeponet.energy import EnergyValue, GaussianEnergy
 from bdeeponet.metrics import effective_sample_size
 from bdeeponet.samplers import SGLD, ReSGLD

@@ -17,12 +17,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from .calibration import predictive_quantile
-from .energy import GaussianEnergy
-from .grf import rbf_grf
-from .linear import fit_linear
-from .metrics import effective_sample_size, ess_bulk, rhat
-from .posterior import pooled_predictive
+from bdeeponet.calibration import predictive_quantile
+from bdeeponet.energy import GaussianEnergy
+from bdeeponet.grf import rbf_grf
+from bdeeponet.linear import fit_linear
+from bdeeponet.metrics import effective_sample_size, ess_bulk, rhat
+from bdeeponet.posterior import pooled_predictive
 
 N, N_TEST, M, SIGMA = 1000, 100, 100, 0.01
 
