@@ -60,7 +60,8 @@ def greedy_conditional_variance(features: np.ndarray, k: int) -> tuple[np.ndarra
     if len(picks) < k:
         # M posterior draws span a space of limited rank: once the picks exhaust it, the
         # remaining variance is zero for every candidate and says nothing
-        rest = [j for j in np.argsort(-marginal, kind="stable") if j not in set(picks)]
+        taken = set(picks)
+        rest = [j for j in np.argsort(-marginal, kind="stable") if j not in taken]
         picks += rest[: k - len(picks)]
         scores += [0.0] * (k - len(scores))
     return np.array(picks), np.array(scores)
