@@ -43,8 +43,9 @@ def _deeponet_energy(shared_input: bool, activation="tanh", **extra):
 
 
 @pytest.mark.parametrize("variant", [{}, {"s_shift": -1.3, "s_scale": 0.2, "u_shift": 0.7,
-                                          "u_scale": 2.5, "periodic": ((1, 0.5),)}],
-                         ids=["plain", "standardised-periodic"])
+                                          "u_scale": 2.5, "periodic": ((1, 0.5),)},
+                                     {"branch_grid": (7,), "channels": 2}],
+                         ids=["plain", "standardised-periodic", "conv"])
 @pytest.mark.parametrize("activation", ["tanh", "relu"])
 @pytest.mark.parametrize("group", [None, "branch", "trunk"])
 @pytest.mark.parametrize("shared_input", [False, True])
@@ -63,13 +64,15 @@ def test_batched_hand_written_gradient_equals_autograd_chain_by_chain(variant, a
             assert torch.allclose(grads[n][c], g_ref[n], rtol=1e-10, atol=1e-12), (c, n)
 
 
+@pytest.mark.parametrize("extra", [{}, {"branch_grid": (7,), "channels": 2}], ids=["mlp", "conv"])
 @pytest.mark.parametrize("group", ["branch", "trunk"])
 @pytest.mark.parametrize("shared_input", [False, True])
-def test_partial_gradients_are_the_full_ones_on_the_first_chains(group, shared_input):
+def test_partial_gradients_are_the_full_ones_on_the_first_chains(group, shared_input, extra):
     """``partial = (a net's names, r)``: those gradients for the first r chains only, equal
     to the full gradient's rows; the other net's for every chain. A split net is refused."""
-    model, params, energy, (u, s) = _deeponet_energy(shared_input)
+    model, params, energy, (u, s) = _deeponet_energy(shared_input, **extra)
     names, some = list(params), parameter_groups(model)[group]
+    split = [next(n for n in parameter_groups(model)["branch"] if n.endswith(".weight"))]
     v_full, full = energy.value_and_grad(params, (u, s), names)
     v, part = energy.value_and_grad(params, (u, s), names, partial=(some, 2))
     assert torch.equal(v.total, v_full.total)
@@ -77,11 +80,11 @@ def test_partial_gradients_are_the_full_ones_on_the_first_chains(group, shared_i
         want = full[n][:2] if n in some else full[n]
         assert part[n].shape == want.shape and torch.allclose(part[n], want, rtol=1e-12), n
     with pytest.raises(ValueError, match="whole branch net"):
-        energy.value_and_grad(params, (u, s), names, partial=(["branch.0.weight"], 2))
+        energy.value_and_grad(params, (u, s), names, partial=(split, 2))
     # the sampler's entry point takes partial only where the backward skips it
     assert energy_and_grads(energy, params, (u, s), partial=(some, 2))[1].keys() == part.keys()
     with pytest.raises(ValueError, match="partial gradients need"):
-        energy_and_grads(energy, params, (u, s), partial=(["branch.0.weight"], 2))
+        energy_and_grads(energy, params, (u, s), partial=(split, 2))
     linear = LinearOperator(7, 11).double()
     lin_params = {n: p.detach()[None].repeat(C, *[1] * p.dim()) for n, p in linear.named_parameters()}
     with pytest.raises(ValueError, match="partial gradients need"):

@@ -28,6 +28,8 @@ VARIANTS = {
     "plain": {},
     "standardised": STANDARDISED,
     "periodic": {**STANDARDISED, "periodic": ((1, 0.5),), "periodic_harmonics": 3},
+    "conv1d": {**STANDARDISED, "branch_grid": (11,), "channels": 3},
+    "conv2d": {**STANDARDISED, "branch_grid": (9, 7), "channels": 3},
 }
 
 
@@ -44,11 +46,12 @@ def test_fast_tanh_matches_tanh_and_its_derivative():
 
 def _setup(activation="tanh", dropout=0.0, dim_y=2, seed=0, **extra):
     torch.manual_seed(seed)
-    config = ModelConfig(n_sensors=7, dim_y=dim_y, width=9, depth=2, latent=5,
+    m = math.prod(extra.get("branch_grid", (7,)))
+    config = ModelConfig(n_sensors=m, dim_y=dim_y, width=9, depth=2, latent=5,
                          activation=activation, dropout=dropout, **extra)
     model = DeepONet(config)
     g = torch.Generator().manual_seed(seed)
-    u = torch.randn(6, 7, generator=g)
+    u = torch.randn(6, m, generator=g)
     y = torch.rand(11, dim_y, generator=g)
     s = torch.randn(6, 11, generator=g)
     # move the weights off their initial values so relu units are mixed and the bias matters
@@ -74,8 +77,9 @@ def test_hand_written_gradient_equals_autograd(activation, group, variant):
         assert torch.allclose(g[n], g_ref[n], rtol=1e-10, atol=1e-12), n
 
 
-def test_hand_written_gradient_uses_the_same_dropout_masks():
-    model, params, batch, y = _setup(dropout=0.3)
+@pytest.mark.parametrize("variant", ["plain", "conv2d"])
+def test_hand_written_gradient_uses_the_same_dropout_masks(variant):
+    model, params, batch, y = _setup(dropout=0.3, **VARIANTS[variant])
     model.train()
     energy = GaussianEnergy(model, y, n_total=60, noise_std=0.3)
     names = list(params)
@@ -218,3 +222,40 @@ def test_standardisation_of_a_known_array():
     assert all(type(v) is float for v in got.values())
     assert standardisation(np.full((2, 2), 0.1), u)["u_scale"] == 1.0  # zero up to rounding
     ModelConfig(n_sensors=2, dim_y=1, **got)  # usable as it is
+
+
+@pytest.mark.parametrize("grid", [(9, 7), (13,)])
+def test_a_conv_layer_is_the_convolution(grid):
+    """Patches then a linear layer equal torch's own convolution of the grid (zero padding
+    1, stride 2), and the patches' backward is the adjoint of their forward."""
+    torch.manual_seed(0)
+    h, w = (1, grid[0]) if len(grid) == 1 else grid
+    kernel = (1, 3) if len(grid) == 1 else (3, 3)
+    patches = model_module.Patches((h, w), 2, kernel, (1, 2) if len(grid) == 1 else (2, 2),
+                                   (0, 1) if len(grid) == 1 else (1, 1))
+    layer = torch.nn.Linear(patches.out_features, 4).double()
+    x = torch.randn(5, h * w * 2, dtype=torch.float64)  # channels last
+    out = layer(patches(x)).reshape(5, *patches.out_grid, 4).permute(0, 3, 1, 2)
+    weight = layer.weight.reshape(4, 2, *kernel)  # unfold orders a patch channel first
+    ref = torch.nn.functional.conv2d(x.reshape(5, h, w, 2).permute(0, 3, 1, 2), weight,
+                                     layer.bias, stride=patches.stride, padding=patches.padding)
+    assert out.shape == ref.shape and torch.allclose(out, ref, rtol=1e-12, atol=1e-12)
+    v = torch.randn(patches(x).shape, dtype=torch.float64)  # <P x, v> = <x, P^T v>
+    assert torch.allclose((patches(x) * v).sum(), (x * patches.backward(v).reshape(x.shape)).sum(),
+                          rtol=1e-12)
+
+
+def test_the_conv_branch_shrinks_the_grid_to_at_most_4_a_side():
+    model = DeepONet(ModelConfig(n_sensors=85 * 85, dim_y=2, branch_grid=(85, 85)))
+    grids = [m.out_grid for m in model.branch if isinstance(m, model_module.Patches)]
+    assert grids == [(29, 29), (15, 15), (8, 8), (4, 4)]  # 85 > 64: the first steps by 3
+    widths = [m.out_features for m in model.branch if isinstance(m, torch.nn.Linear)]
+    assert widths == [16, 32, 64, 64, 64, 64]
+    model = DeepONet(ModelConfig(n_sensors=29 * 29, dim_y=2, branch_grid=(29, 29)))
+    grids = [m.out_grid for m in model.branch if isinstance(m, model_module.Patches)]
+    assert grids == [(15, 15), (8, 8), (4, 4)]
+    model = DeepONet(ModelConfig(n_sensors=1024, dim_y=1, branch_grid=(1024,)))
+    first = model.branch[0]
+    assert (first.kernel, first.stride, first.out_grid) == ((1, 32), (1, 32), (1, 32))
+    with pytest.raises(ValueError, match="branch_grid"):
+        ModelConfig(n_sensors=100, dim_y=2, branch_grid=(9, 11))

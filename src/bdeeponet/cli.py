@@ -372,7 +372,8 @@ def train_config(args):
     base = load_toml(args.config) if args.config else {}
     base = {k.replace("-", "_"): v for k, v in base.items()}
     flags = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}
-    merged = {**base, **{k: v for k, v in flags.items() if v is not None}}
+    # from the defaults: from_dict fills a missing key as a run written before it existed
+    merged = {**TrainConfig().to_dict(), **base, **{k: v for k, v in flags.items() if v is not None}}
     return TrainConfig.from_dict(merged)
 
 

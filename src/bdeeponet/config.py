@@ -12,6 +12,7 @@ from .samplers.mresgld import DEFAULT_C
 from .samplers.sgld import DEFAULT_LR, METRICS
 
 METHOD_NAMES = ("adam", "ensemble", "sgld", "resgld", "mresgld", "linear")
+BRANCHES = ("auto", "mlp", "conv")
 DEFAULT_ENSEMBLE = 8  # members of a deep ensemble when --chains is not given
 
 
@@ -59,6 +60,10 @@ class TrainConfig:
                                   "branch net reads (default: the raw sensors when m < 257, "
                                   "else the fewest keeping all but 1e-6 of the inputs' "
                                   "variance, at most 32; 0: the raw sensors)")
+    branch: str = _opt("auto", "branch net: mlp, or conv (a convolutional net over inputs "
+                       "given on a 2-D grid); auto: conv for a 2-D grid of at least 257 "
+                       "sensors, else mlp", choices=BRANCHES)
+    channels: int = _opt(16, "conv branch: channels of its first layer")
     calibration: float = _opt(0.1, "fraction of training functions held out to calibrate the "
                               "bands (0: none)")
     burn_in: int | None = _opt(None, "burn-in epochs (default: 3/4 of the run with kfac, "
@@ -83,7 +88,7 @@ class TrainConfig:
                 f"unknown method '{self.method}'; choose one of: {', '.join(METHOD_NAMES)}"
             )
         for name in ("epochs", "batch_size", "width", "depth", "latent", "mc_samples",
-                     "checkpoint_every", "fisher_samples"):
+                     "checkpoint_every", "fisher_samples", "channels"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.replicas < 2:
@@ -123,6 +128,10 @@ class TrainConfig:
                                             or isinstance(self.branch_pca, bool)
                                             or self.branch_pca < 0):
             raise ValueError(f"branch_pca must be an integer >= 0, got {self.branch_pca!r}")
+        if self.branch not in BRANCHES:
+            raise ValueError(f"unknown branch '{self.branch}'; choose one of: {', '.join(BRANCHES)}")
+        if self.branch == "conv" and self.branch_pca:
+            raise ValueError("a conv branch reads the raw grid: it takes no branch_pca")
         if self.thin is not None and self.thin < 1:
             raise ValueError(f"thin must be >= 1, got {self.thin}")
 
@@ -164,6 +173,7 @@ class TrainConfig:
     def from_dict(cls, d: dict) -> TrainConfig:
         d = dict(d)
         d.setdefault("branch_pca", 0)  # written before the encoder: the raw sensors
+        d.setdefault("branch", "mlp")  # written before the conv branch
         if "precondition" in d:  # run directories written before the Kronecker metric
             d.setdefault("metric", "rmsprop" if d.pop("precondition") else "identity")
             d.setdefault("standardise", False)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import json
 import numbers
 import os
@@ -99,6 +100,26 @@ class OperatorData:
             arrays["noise_std"] = np.asarray(self.noise_std, dtype=np.float64)
         arrays["meta"] = np.asarray(json.dumps(self.meta, sort_keys=True))
         atomic_write(path, lambda fh: np.savez_compressed(fh, **arrays))
+
+
+def sensor_grid(sensors: np.ndarray | None) -> tuple[int, ...] | None:
+    """The shape of the grid the sensors (m, d) lie on, ``(W,)`` or ``(H, W)``, when they
+    are an equispaced tensor-product grid listed in row-major order (the first coordinate
+    slowest, as ``generate`` and ``import`` write them); None otherwise (or without
+    sensors)."""
+    if sensors is None or sensors.shape[1] > 2 or sensors.shape[0] < 2:
+        return None
+    axes = [np.unique(sensors[:, j]) for j in range(sensors.shape[1])]
+    if math.prod(len(a) for a in axes) != sensors.shape[0] or min(len(a) for a in axes) < 2:
+        return None
+    for a in axes:
+        step = np.diff(a)
+        if not np.allclose(step, step.mean(), rtol=1e-6, atol=0):
+            return None
+    mesh = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, len(axes))
+    if not np.allclose(mesh, sensors, rtol=0, atol=1e-9 * float(np.ptp(sensors) or 1.0)):
+        return None
+    return tuple(len(a) for a in axes)
 
 
 _REQUIRED = {"u_train": 2, "s_train": 2, "u_test": 2, "s_test": 2, "y": 2}

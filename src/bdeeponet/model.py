@@ -114,13 +114,21 @@ class ModelConfig:
     s_scale: float = 1.0
     periodic: tuple = ()
     periodic_harmonics: int = 4
+    branch_grid: tuple = ()  # (W,) or (H, W): a convolutional branch over that grid
+    channels: int = 16  # conv branch: channels of its first layer (doubling, at most 4x)
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
             raise ValueError(
                 f"unknown activation '{self.activation}'; choose one of: {', '.join(ACTIVATIONS)}"
             )
-        for name in ("n_sensors", "dim_y", "width", "depth", "latent", "periodic_harmonics"):
+        grid = tuple(int(g) for g in self.branch_grid)
+        if len(grid) > 2 or any(g < 1 for g in grid) or (grid and math.prod(grid) != self.n_sensors):
+            raise ValueError(f"branch_grid must be (W,) or (H, W) with H W = n_sensors "
+                             f"({self.n_sensors}), got {self.branch_grid!r}")
+        object.__setattr__(self, "branch_grid", grid)
+        for name in ("n_sensors", "dim_y", "width", "depth", "latent", "periodic_harmonics",
+                     "channels"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
@@ -219,6 +227,94 @@ def mlp(sizes: list[int], activation: str, dropout: float, last_activation: bool
     return nn.Sequential(*layers)
 
 
+class Patches(nn.Module):
+    """The patches a convolution reads, so that the convolution is an ``nn.Linear`` on them.
+
+    A map of ``c`` channels on an ``H x W`` grid is held channels last with its locations as
+    rows: ``(..., n H W, c)`` (or ``(n, H W c)``, the same memory). ``forward`` returns the
+    ``kernel`` patches at ``stride`` with zero ``padding``, ``(..., n L, c kh kw)`` for the
+    L output locations. A following ``nn.Linear(c kh kw, c')`` is then the convolution, and
+    everything that knows linear layers (the hand-written backward, the Kronecker metric,
+    the fan-in prior) knows it too: its Kronecker factors are those of Grosse & Martens'
+    KFC (2016), the locations taken as independent rows.
+    """
+
+    def __init__(self, grid: tuple[int, int], channels: int, kernel: tuple[int, int],
+                 stride: tuple[int, int], padding: tuple[int, int]):
+        super().__init__()
+        self.grid, self.channels = grid, channels
+        self.kernel, self.stride, self.padding = kernel, stride, padding
+        self.out_grid = tuple((g + 2 * p - k) // s + 1
+                              for g, k, s, p in zip(grid, kernel, stride, padding, strict=True))
+        self.out_features = channels * kernel[0] * kernel[1]
+
+    def _args(self):
+        return {"kernel_size": self.kernel, "stride": self.stride, "padding": self.padding}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        (h, w), c = self.grid, self.channels
+        lead = x.shape[:-2]
+        maps = x.reshape(-1, h, w, c).permute(0, 3, 1, 2)
+        cols = F.unfold(maps, **self._args())  # (B, c kh kw, L)
+        n = cols.shape[0] // max(1, math.prod(lead))
+        return cols.mT.reshape(*lead, n * cols.shape[2], self.out_features)
+
+    def backward(self, dh: torch.Tensor) -> torch.Tensor:
+        """The gradient with respect to the input map from that of the patches (``fold``,
+        the adjoint of ``unfold``), shaped ``(..., n H W, c)``."""
+        (h, w), c = self.grid, self.channels
+        locations = self.out_grid[0] * self.out_grid[1]
+        lead = dh.shape[:-2]
+        cols = dh.reshape(-1, locations, self.out_features).mT
+        maps = F.fold(cols, output_size=(h, w), **self._args())  # (B, c, h, w)
+        return maps.permute(0, 2, 3, 1).reshape(*lead, -1, c)
+
+
+class Flatten(nn.Module):
+    """``(..., n L, c) -> (..., n, L c)``: a channels-last map of L locations as one vector
+    per function (after a conv branch's last convolution)."""
+
+    def __init__(self, locations: int, channels: int):
+        super().__init__()
+        self.locations, self.channels = locations, channels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(*x.shape[:-2], -1, self.locations * self.channels)
+
+    def backward(self, dh: torch.Tensor) -> torch.Tensor:
+        return dh.reshape(*dh.shape[:-2], -1, self.channels)
+
+
+def conv_branch(grid: tuple[int, ...], channels: int, width: int, latent: int, activation: str,
+                dropout: float) -> nn.Sequential:
+    """A convolutional branch for inputs on a grid, ``(W,)`` or ``(H, W)`` (row major).
+
+    Convolutions padded by one halve the grid until its longer side is at most 4: 3 (1-D)
+    or 3 x 3 (2-D) points at stride 2, except that the first one steps by
+    ``s = ceil(side / 32)`` (over ``max(3, s)`` points) on a side longer than 64, so that
+    a fine grid costs about what a 32-point one does (85 x 85 -> 29 x 29). The channels
+    start at ``channels`` and double per layer up to 4x. The last map, flattened, goes
+    through one hidden layer of ``width`` units to the ``latent`` coefficients. Each
+    convolution is :class:`Patches` and an ``nn.Linear``.
+    """
+    size = (1, grid[0]) if len(grid) == 1 else tuple(grid)
+    layers: list[nn.Module] = []
+    c_in, i = 1, 0
+    while max(size) > 4:
+        c_out = channels * 2 ** min(i, 2)
+        stride = tuple(1 if g == 1 else max(2, -(-g // 32)) if i == 0 else 2 for g in size)
+        kernel = tuple(1 if g == 1 else max(3, s) for g, s in zip(size, stride, strict=True))
+        padding = tuple(0 if g == 1 else 1 for g in size)
+        patches = Patches(size, c_in, kernel, stride, padding)
+        layers += [patches, nn.Linear(patches.out_features, c_out), ACTIVATIONS[activation]()]
+        if dropout > 0:
+            layers.append(Dropout(dropout))
+        size, c_in, i = patches.out_grid, c_out, i + 1
+    layers.append(Flatten(size[0] * size[1], c_in))
+    return nn.Sequential(*layers, *mlp([size[0] * size[1] * c_in, width, latent], activation,
+                                       dropout, False))
+
+
 class DeepONet(nn.Module):
     """Branch/trunk DeepONet; ``forward(u (n, m), y (P, d)) -> (n, P)``.
 
@@ -230,9 +326,12 @@ class DeepONet(nn.Module):
         super().__init__()
         self.config = config
         hidden = [config.width] * config.depth
-        self.branch = mlp(
-            [config.n_sensors, *hidden, config.latent], config.activation, config.dropout, False
-        )
+        if config.branch_grid:
+            self.branch = conv_branch(config.branch_grid, config.channels, config.width,
+                                      config.latent, config.activation, config.dropout)
+        else:
+            self.branch = mlp([config.n_sensors, *hidden, config.latent], config.activation,
+                              config.dropout, False)
         # The trunk's last layer is activated: its outputs are the basis functions t(y).
         self.trunk = mlp(
             [config.trunk_in_features, *hidden, config.latent], config.activation, 0.0, True
@@ -402,8 +501,9 @@ class DeepONet(nn.Module):
         return cached[3]
 
     def _plan(self):
-        """Per net, its steps: ``("linear", weight name, bias name)``, ``("act", name, fn)``
-        or ``("dropout", module, None)``."""
+        """Per net, its steps: ``("linear", weight name, bias name)``, ``("act", name, fn)``,
+        ``("shape", module, None)`` (:class:`Patches`, :class:`Flatten`) or
+        ``("dropout", module, None)``."""
         plan = self.__dict__.get("_plan_cache")
         if plan is None:
             plan = {}
@@ -413,6 +513,8 @@ class DeepONet(nn.Module):
                 for i, mod in enumerate(getattr(self, net)):
                     if isinstance(mod, nn.Linear):
                         steps.append(("linear", f"{net}.{i}.weight", f"{net}.{i}.bias"))
+                    elif isinstance(mod, (Patches, Flatten)):
+                        steps.append(("shape", mod, None))
                     elif isinstance(mod, Dropout):
                         steps.append(("dropout", mod, None))
                     else:
@@ -436,6 +538,8 @@ class DeepONet(nn.Module):
             elif kind == "act":
                 entry, x = x, b(x)
                 entry = (entry, x)
+            elif kind == "shape":
+                entry, x = None, a(x)
             else:
                 entry = a.mask(x)
                 if entry is not None:
@@ -449,7 +553,8 @@ class DeepONet(nn.Module):
         """Walk ``net`` backwards from ``dh = dL/d(net output)``, filling ``grads``; with
         ``rows`` (C chains), over the first ``rows`` chains only (``dh`` already cut)."""
         steps = self._plan()[net]
-        for i in range(len(steps) - 1, -1, -1):
+        first = next(i for i, step in enumerate(steps) if step[0] == "linear")
+        for i in range(len(steps) - 1, first - 1, -1):
             kind, a, b = steps[i]
             entry = tape[i]
             if kind == "act":
@@ -457,11 +562,13 @@ class DeepONet(nn.Module):
             elif kind == "dropout":
                 if entry is not None:
                     dh = dh * _first(entry, rows)
+            elif kind == "shape":
+                dh = a.backward(dh)
             else:
                 # (C chains: (C, out, in), also from a shared input)
                 grads[a] = dh.mT @ _first(entry, rows)
                 grads[b] = dh.sum(-2)
-                if i > 0:  # the input's gradient is never needed
+                if i > first:  # the net input's gradient is never needed
                     dh = dh @ _first(params[a], rows)
 
 

@@ -24,7 +24,7 @@ from torch.func import functional_call
 from . import checkpoint
 from .calibration import fit_calibration
 from .config import TrainConfig
-from .data import OperatorData
+from .data import OperatorData, sensor_grid
 from .device import resolve_device
 from .encoder import PCAEncoder, fit_pca
 from .energy import GaussianEnergy, fan_in_prior
@@ -74,11 +74,29 @@ class _Loop:
     metric_seconds: float = 0.0  # spent in the sampler's end_burn_in (the metric's estimate)
 
 
+def branch_grid(config: TrainConfig, data: OperatorData) -> tuple[int, ...]:
+    """The grid a conv branch reads (``()``: an MLP branch); see ``TrainConfig.branch``.
+    ValueError when a conv branch is asked for and the sensors are not a grid."""
+    grid = sensor_grid(data.sensors)
+    if config.branch == "conv":
+        if grid is None:
+            raise ValueError("a conv branch needs the sensors on an equispaced 1-D or 2-D grid, "
+                             "listed in row-major order (the data file's 'sensors')")
+        return grid
+    auto = (config.branch == "auto" and config.branch_pca is None and grid is not None
+            and len(grid) == 2 and data.n_sensors >= AUTO_CONV_SENSORS)
+    return grid if auto else ()
+
+
+AUTO_CONV_SENSORS = 257  # the auto branch is conv for 2-D grids from this size
+
+
 def model_config(config: TrainConfig, data: OperatorData,
                  encoder: PCAEncoder | None = None) -> ModelConfig:
     """The network of ``config`` for ``data``; with ``encoder`` the branch reads its r
     components (already standardised: the model's u shift and scale stay 0 and 1)."""
     scaling = standardisation(data.u_train, data.s_train) if config.standardise else {}
+    grid = () if encoder is not None else branch_grid(config, data)
     if encoder is not None:
         scaling.update(u_shift=0.0, u_scale=1.0)
     return ModelConfig(
@@ -90,6 +108,8 @@ def model_config(config: TrainConfig, data: OperatorData,
         activation=config.activation,
         dropout=config.dropout if config.method == "adam" else 0.0,
         periodic=data.periodic,
+        branch_grid=grid,
+        channels=config.channels,
         **scaling,
     )
 
@@ -187,7 +207,7 @@ def setup(data: OperatorData, config: TrainConfig, noise_std: float | None,
     training functions only: split the calibration ones off first), on ``device``.
     ``noise_std`` None (to be estimated) starts the energy at a tenth of the targets' spread."""
     device = torch.device(device)
-    encoder = fit_pca(data.u_train, config.branch_pca)
+    encoder = None if branch_grid(config, data) else fit_pca(data.u_train, config.branch_pca)
     mconf = model_config(config, data, encoder)
     with torch.random.fork_rng():  # initial weights from the run's seed, global RNG untouched
         torch.manual_seed(config.seed)
