@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 import json
+import math
 import numbers
 import os
 import reprlib
