@@ -1,7 +1,6 @@
-"""Which branch net a run gets: the grid the sensors lie on, the automatic choice (conv for
-a 2-D grid of at least 257 sensors), the command line's defaults, and a conv-branch run
-end to end (the Kronecker metric covers its convolutions, the reloaded run predicts what
-the trained one did)."""
+"""The conv branch and the trunk's Fourier features as a run gets them: the grid the
+sensors lie on, the command line's defaults, a conv-branch run end to end (the Kronecker
+metric covers its convolutions, the reloaded run predicts what the trained one did)."""
 
 import numpy as np
 import pytest
@@ -11,7 +10,8 @@ from test_cli import assert_error, cli
 from bdeeponet import TrainConfig, generate, get_problem, load_run, predict, train
 from bdeeponet.cli import build_parser, train_config
 from bdeeponet.data import sensor_grid
-from bdeeponet.train import branch_grid
+from bdeeponet.model import DeepONet
+from bdeeponet.train import branch_grid, model_config, trunk_features
 
 torch.set_num_threads(1)
 
@@ -37,7 +37,7 @@ def test_the_command_line_starts_from_the_defaults():
     means the run predates it, but a flag not given does not)."""
     config = train_config(build_parser().parse_args(["train", "data.npz", "--out", "r"]))
     assert config == TrainConfig()
-    assert config.branch == "auto" and config.branch_pca is None
+    assert config.branch == "mlp" and config.branch_pca is None
 
 
 @pytest.fixture(scope="module")
@@ -46,25 +46,38 @@ def darcy17():
                     n_train=30, n_test=6, relative=True)
 
 
-def test_the_automatic_branch(darcy17):
+def test_which_branch(darcy17):
     assert darcy17.n_sensors == 289
-    assert branch_grid(TrainConfig(), darcy17) == (17, 17)
-    assert branch_grid(TrainConfig(branch="mlp"), darcy17) == ()
-    assert branch_grid(TrainConfig(branch_pca=8), darcy17) == ()  # components asked for
+    assert branch_grid(TrainConfig(), darcy17) == ()
+    assert branch_grid(TrainConfig(branch="conv"), darcy17) == (17, 17)
     line = generate(get_problem("antiderivative"), 0.01, np.random.default_rng(0), n_train=5,
                     n_test=2, m=300)
-    assert branch_grid(TrainConfig(), line) == ()  # 1-D: the MLP (measured better on Burgers)
     assert branch_grid(TrainConfig(branch="conv"), line) == (300,)
-    small = generate(get_problem("darcy2d", n_points=9), 0.01, np.random.default_rng(0),
-                     n_train=5, n_test=2, relative=True)
-    assert branch_grid(TrainConfig(), small) == ()  # 81 sensors
     with pytest.raises(ValueError, match="branch_pca"):
         TrainConfig(branch="conv", branch_pca=4)
 
 
+def test_trunk_features_span_each_coordinates_range(darcy17):
+    assert trunk_features(TrainConfig(), darcy17) == ()
+    assert trunk_features(TrainConfig(trunk_harmonics=3), darcy17) == ((0, 2.0), (1, 2.0))
+    mconf = model_config(TrainConfig(trunk_harmonics=3), darcy17)
+    assert mconf.trunk_in_features == 2 + 2 * 3 * 2
+    y = torch.tensor(darcy17.y)
+    phi = DeepONet(mconf).trunk_input(y)
+    k = torch.arange(1, 4, dtype=torch.float64)
+    want = torch.stack([torch.cos(torch.pi * k * y[:, 1, None]),
+                        torch.sin(torch.pi * k * y[:, 1, None])], dim=2).flatten(1)
+    assert torch.allclose(phi[:, :2].double(), y) and torch.allclose(phi[:, 8:].double(), want)
+    with pytest.raises(ValueError, match="trunk_harmonics"):
+        TrainConfig(trunk_harmonics=-1)
+    periodic = generate(get_problem("burgers", n_points=16), 0.01, np.random.default_rng(0),
+                        n_train=4, n_test=1)
+    assert trunk_features(TrainConfig(trunk_harmonics=3), periodic) == ()  # x is periodic
+
+
 def test_a_conv_run_end_to_end(darcy17, tmp_path):
     config = TrainConfig(method="mresgld", epochs=4, batch_size=10, width=8, latent=8,
-                         channels=2, calibration=0.2)
+                         branch="conv", channels=2, calibration=0.2, trunk_harmonics=2)
     result = train(darcy17, config, out=tmp_path / "run", device="cpu")
     post = result.posterior
     assert post.encoder is None and post.config.branch_grid == (17, 17)
@@ -80,7 +93,8 @@ def test_the_kronecker_metric_covers_the_convolutions(darcy17):
     from bdeeponet.samplers.kfac import estimate_kfac
     from bdeeponet.train import setup
 
-    run = setup(darcy17, TrainConfig(method="sgld", width=8, latent=8, channels=2), 0.01)
+    run = setup(darcy17, TrainConfig(method="sgld", width=8, latent=8, branch="conv", channels=2),
+                0.01)
     params = {n: p.detach() for n, p in run.model.named_parameters()}
     metric = estimate_kfac(run.energy, params, [(run.u[:10], run.s[:10])], run.generator, samples=2)
     blocks = {b.weight: b for b in metric.blocks}

@@ -197,6 +197,9 @@ def test_features_are_computed_once_per_y_object(monkeypatch):
     ({"periodic": (0, 1.0)}, "sequence of \\(coordinate, period\\) pairs"),
     ({"periodic": ((0, 1.0, 2.0),)}, "pairs"),
     ({"periodic_harmonics": 0}, "periodic_harmonics must be >= 1"),
+    ({"features": ((2, 1.0),)}, "features coordinate 2 does not exist"),
+    ({"features": ((1, 2.0),), "periodic": ((1, 1.0),)}, "features must name non-periodic"),
+    ({"branch_grid": (2, 2)}, "branch_grid must be"),
 ])
 def test_model_config_refuses_bad_values(kwargs, match):
     with pytest.raises(ValueError, match=match) as info:
@@ -211,6 +214,10 @@ def test_model_config_round_trips_through_json():
     back = ModelConfig(**json.loads(json.dumps(config.to_dict())))
     assert back == config
     assert config.trunk_in_features == 1 + 2 * 2
+    config = ModelConfig(n_sensors=6, dim_y=2, features=[[0, 2]], feature_harmonics=3,
+                         branch_grid=[2, 3])
+    assert ModelConfig(**json.loads(json.dumps(config.to_dict()))) == config
+    assert config.trunk_in_features == 2 + 2 * 3 and config.branch_grid == (2, 3)
 
 
 def test_standardisation_of_a_known_array():

@@ -12,7 +12,7 @@ from .samplers.mresgld import DEFAULT_C
 from .samplers.sgld import DEFAULT_LR, METRICS
 
 METHOD_NAMES = ("adam", "ensemble", "sgld", "resgld", "mresgld", "linear")
-BRANCHES = ("auto", "mlp", "conv")
+BRANCHES = ("mlp", "conv")
 DEFAULT_ENSEMBLE = 8  # members of a deep ensemble when --chains is not given
 
 
@@ -60,10 +60,12 @@ class TrainConfig:
                                   "branch net reads (default: the raw sensors when m < 257, "
                                   "else the fewest keeping all but 1e-6 of the inputs' "
                                   "variance, at most 32; 0: the raw sensors)")
-    branch: str = _opt("auto", "branch net: mlp, or conv (a convolutional net over inputs "
-                       "given on a 2-D grid); auto: conv for a 2-D grid of at least 257 "
-                       "sensors, else mlp", choices=BRANCHES)
+    branch: str = _opt("mlp", "branch net: mlp, or conv (a convolutional net over inputs "
+                       "given on an equispaced 1-D or 2-D grid)", choices=BRANCHES)
     channels: int = _opt(16, "conv branch: channels of its first layer")
+    trunk_harmonics: int = _opt(0, "Fourier features of each non-periodic query coordinate "
+                                "for the trunk: cos and sin of π k y / L, k = 1..K, L the "
+                                "coordinate's range in the data (0: the coordinates as they are)")
     calibration: float = _opt(0.1, "fraction of training functions held out to calibrate the "
                               "bands (0: none)")
     burn_in: int | None = _opt(None, "burn-in epochs (default: 3/4 of the run with kfac, "
@@ -128,6 +130,8 @@ class TrainConfig:
                                             or isinstance(self.branch_pca, bool)
                                             or self.branch_pca < 0):
             raise ValueError(f"branch_pca must be an integer >= 0, got {self.branch_pca!r}")
+        if isinstance(self.trunk_harmonics, bool) or self.trunk_harmonics < 0:
+            raise ValueError(f"trunk_harmonics must be an integer >= 0, got {self.trunk_harmonics!r}")
         if self.branch not in BRANCHES:
             raise ValueError(f"unknown branch '{self.branch}'; choose one of: {', '.join(BRANCHES)}")
         if self.branch == "conv" and self.branch_pca:
@@ -173,7 +177,6 @@ class TrainConfig:
     def from_dict(cls, d: dict) -> TrainConfig:
         d = dict(d)
         d.setdefault("branch_pca", 0)  # written before the encoder: the raw sensors
-        d.setdefault("branch", "mlp")  # written before the conv branch
         if "precondition" in d:  # run directories written before the Kronecker metric
             d.setdefault("metric", "rmsprop" if d.pop("precondition") else "identity")
             d.setdefault("standardise", False)

@@ -114,6 +114,8 @@ class ModelConfig:
     s_scale: float = 1.0
     periodic: tuple = ()
     periodic_harmonics: int = 4
+    features: tuple = ()  # (j, period): non-periodic columns that also get Fourier features
+    feature_harmonics: int = 8
     branch_grid: tuple = ()  # (W,) or (H, W): a convolutional branch over that grid
     channels: int = 16  # conv branch: channels of its first layer (doubling, at most 4x)
 
@@ -128,7 +130,7 @@ class ModelConfig:
                              f"({self.n_sensors}), got {self.branch_grid!r}")
         object.__setattr__(self, "branch_grid", grid)
         for name in ("n_sensors", "dim_y", "width", "depth", "latent", "periodic_harmonics",
-                     "channels"):
+                     "channels", "feature_harmonics"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
@@ -143,12 +145,18 @@ class ModelConfig:
             object.__setattr__(self, name, float(value))
         # JSON (config.json, checkpoints) turns the pairs into lists: store one canonical form.
         object.__setattr__(self, "periodic", _periodic_pairs(self.periodic, self.dim_y))
+        object.__setattr__(self, "features", _periodic_pairs(self.features, self.dim_y, "features"))
+        if {j for j, _ in self.features} & {j for j, _ in self.periodic}:
+            raise ValueError("a periodic coordinate gets its Fourier features already: "
+                             "features must name non-periodic columns")
 
     @property
     def trunk_in_features(self) -> int:
-        """Width of φ(y): the non-periodic columns plus 2 K per periodic column."""
+        """Width of φ(y): the non-periodic columns, 2 K per periodic column and 2 K' per
+        column in ``features``."""
         n = len(self.periodic)
-        return self.dim_y - n + 2 * self.periodic_harmonics * n
+        return (self.dim_y - n + 2 * self.periodic_harmonics * n
+                + 2 * self.feature_harmonics * len(self.features))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -159,25 +167,25 @@ def _is_finite_real(value) -> bool:
             and math.isfinite(value))
 
 
-def _periodic_pairs(value, dim_y: int) -> tuple[tuple[int, float], ...]:
+def _periodic_pairs(value, dim_y: int, what: str = "periodic") -> tuple[tuple[int, float], ...]:
     """``value`` as a tuple of ``(int j, float period)``; ValueError naming a bad entry."""
     try:
         pairs = [tuple(p) for p in value]
     except TypeError:
         pairs = None
     if pairs is None or any(len(p) != 2 for p in pairs):
-        raise ValueError(f"periodic must be a sequence of (coordinate, period) pairs, got {value!r}")
+        raise ValueError(f"{what} must be a sequence of (coordinate, period) pairs, got {value!r}")
     out: dict[int, float] = {}
     for j, period in pairs:
         if isinstance(j, bool) or not isinstance(j, numbers.Integral):
-            raise ValueError(f"periodic coordinate {j!r} must be an integer column index of y")
+            raise ValueError(f"{what} coordinate {j!r} must be an integer column index of y")
         if not 0 <= j < dim_y:
-            raise ValueError(f"periodic coordinate {j} does not exist: y has {dim_y} columns")
+            raise ValueError(f"{what} coordinate {j} does not exist: y has {dim_y} columns")
         if j in out:
-            raise ValueError(f"periodic coordinate {j} is declared twice")
+            raise ValueError(f"{what} coordinate {j} is declared twice")
         if not _is_finite_real(period) or period <= 0:
             raise ValueError(
-                f"periodic coordinate {j} has period {period!r}; it must be a finite number > 0"
+                f"{what} coordinate {j} has period {period!r}; it must be a finite number > 0"
             )
         out[int(j)] = float(period)
     return tuple(out.items())
@@ -199,20 +207,23 @@ def standardisation(u_train, s_train) -> dict[str, float]:
     return out
 
 
-def fourier_features(y: torch.Tensor, periodic, harmonics: int) -> torch.Tensor:
+def fourier_features(y: torch.Tensor, periodic, harmonics: int, features=(),
+                     feature_harmonics: int = 0) -> torch.Tensor:
     """φ(y) (P, d - n + 2 K n) for y (P, d): the non-periodic columns as they are, then for
     each ``(j, L)`` in ``periodic`` the columns ``cos(2π k y_j / L), sin(2π k y_j / L)``,
-    k = 1..K (``K = harmonics``), interleaved.
+    k = 1..K (``K = harmonics``), interleaved; then the same for each ``(j, L)`` in
+    ``features`` with ``K = feature_harmonics`` (a non-periodic column, also kept as it is).
 
     The phase is computed in float64 whatever the dtype of y (a float32 phase carries a
     rounding error that grows with |K y_j / L|); the result has y's dtype.
     """
     cols = {j for j, _ in periodic}
     parts = [y[:, [j for j in range(y.shape[1]) if j not in cols]]]
-    k = torch.arange(1, harmonics + 1, dtype=torch.float64, device=y.device)
-    for j, period in periodic:
-        phase = y[:, j, None].double() * (2 * math.pi / period) * k
-        parts.append(torch.stack([phase.cos(), phase.sin()], dim=2).flatten(1).to(y.dtype))
+    for pairs, count in ((periodic, harmonics), (features, feature_harmonics)):
+        k = torch.arange(1, count + 1, dtype=torch.float64, device=y.device)
+        for j, period in pairs:
+            phase = y[:, j, None].double() * (2 * math.pi / period) * k
+            parts.append(torch.stack([phase.cos(), phase.sin()], dim=2).flatten(1).to(y.dtype))
     return torch.cat(parts, dim=1)
 
 
@@ -358,14 +369,15 @@ class DeepONet(nn.Module):
         every step, which is bound by per-operation costs, and φ is a dozen operations.
         """
         c = self.config
-        if not c.periodic:
+        if not c.periodic and not c.features:
             return y
         cached = self.__dict__.get("_feature_cache")
         # Keyed on y itself (holding it stops its id being reused) and on its version
         # counter, which in-place writes to y advance.
         if cached is None or cached[0] is not y or cached[1] != y._version:
             with torch.no_grad():
-                cached = (y, y._version, fourier_features(y, c.periodic, c.periodic_harmonics))
+                cached = (y, y._version, fourier_features(y, c.periodic, c.periodic_harmonics,
+                                                          c.features, c.feature_harmonics))
             self.__dict__["_feature_cache"] = cached
         return cached[2]
 

@@ -77,18 +77,25 @@ class _Loop:
 def branch_grid(config: TrainConfig, data: OperatorData) -> tuple[int, ...]:
     """The grid a conv branch reads (``()``: an MLP branch); see ``TrainConfig.branch``.
     ValueError when a conv branch is asked for and the sensors are not a grid."""
+    if config.branch != "conv":
+        return ()
     grid = sensor_grid(data.sensors)
-    if config.branch == "conv":
-        if grid is None:
-            raise ValueError("a conv branch needs the sensors on an equispaced 1-D or 2-D grid, "
-                             "listed in row-major order (the data file's 'sensors')")
-        return grid
-    auto = (config.branch == "auto" and config.branch_pca is None and grid is not None
-            and len(grid) == 2 and data.n_sensors >= AUTO_CONV_SENSORS)
-    return grid if auto else ()
+    if grid is None:
+        raise ValueError("a conv branch needs the sensors on an equispaced 1-D or 2-D grid, "
+                         "listed in row-major order (the data file's 'sensors')")
+    return grid
 
 
-AUTO_CONV_SENSORS = 257  # the auto branch is conv for 2-D grids from this size
+def trunk_features(config: TrainConfig, data: OperatorData) -> tuple[tuple[int, float], ...]:
+    """``(j, 2 L_j)`` for each non-periodic query coordinate j (``L_j`` its range in the
+    data), so that the trunk reads ``cos, sin(π k y_j / L_j)``; none when
+    ``config.trunk_harmonics`` is 0 (or a coordinate is constant)."""
+    if not config.trunk_harmonics:
+        return ()
+    periodic = {j for j, _ in data.periodic}
+    spans = np.ptp(data.y, axis=0)
+    return tuple((j, 2.0 * float(spans[j])) for j in range(data.y.shape[1])
+                 if j not in periodic and spans[j] > 0)
 
 
 def model_config(config: TrainConfig, data: OperatorData,
@@ -110,6 +117,8 @@ def model_config(config: TrainConfig, data: OperatorData,
         periodic=data.periodic,
         branch_grid=grid,
         channels=config.channels,
+        features=trunk_features(config, data),
+        feature_harmonics=config.trunk_harmonics or 8,
         **scaling,
     )
 

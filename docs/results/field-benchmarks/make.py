@@ -82,7 +82,7 @@ def run_one(name: str, work: Path) -> dict:
            "metric_share": round(timing.get("metric_seconds", float("nan")) / seconds, 4),
            "sec_per_iter": timing["sec_per_iter"], "rhat": metrics["convergence"]["rhat"],
            "resolved": metrics["calibration_check"]["resolved"],
-           "branch_pca": (metrics.get("branch_pca") or {}).get("components", 0)}
+           "branch": _branch(run)}
     cal = metrics["coverage"]["calibrated"]
     for lv in LEVELS:
         row[f"solution_{lv}"] = cal["pointwise"][lv]
@@ -95,6 +95,16 @@ def run_one(name: str, work: Path) -> dict:
     if name == "darcy-85":
         figure(d, p, HERE / "darcy85-function.png")
     return row
+
+
+def _branch(run: Path) -> str:
+    """What the run's branch read: ``conv HxW``, ``PCA r`` or ``raw``."""
+    model = json.loads((run / "config.json").read_text())["model"]
+    metrics = json.loads((run / "metrics.json").read_text())
+    if model.get("branch_grid"):
+        return "conv " + " x ".join(map(str, model["branch_grid"]))
+    pca = (metrics.get("branch_pca") or {}).get("components", 0)
+    return f"PCA {pca}" if pca else "raw"
 
 
 def _predict_level(run: Path, work: Path, name: str, level: float) -> Path:
@@ -130,19 +140,20 @@ def write(rows: list[dict]) -> None:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    lines = ["| benchmark | m = P | e2 (%) | goal | published, noise-free (%) | train | peak memory "
-             "| metric's share | s / iteration | R̂ |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| benchmark | m = P | branch | e2 (%) | goal | published, noise-free (%) | train "
+             "| peak memory | metric's share | s / iteration | R̂ |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['benchmark']} | {r['P']} | {r['e2']:.2f} | ≤ {r['goal']} | "
-                     f"{r['published']} | {r['train_s']:.0f} s | {r['peak_gb']:.2f} GB | "
-                     f"{100 * r['metric_share']:.1f}% | {1e3 * r['sec_per_iter']:.1f} ms | "
-                     f"{r['rhat']:.2f} |")
+        lines.append(f"| {r['benchmark']} | {r['P']} | {r['branch']} | {float(r['e2']):.2f} | "
+                     f"≤ {r['goal']} | "
+                     f"{r['published']} | {float(r['train_s']):.0f} s | "
+                     f"{float(r['peak_gb']):.2f} GB | {100 * float(r['metric_share']):.1f}% | "
+                     f"{1e3 * float(r['sec_per_iter']):.1f} ms | {float(r['rhat']):.2f} |")
     lines += ["", "Coverage (%) at 50 / 80 / 90 / 95%:", "",
               "| benchmark | observation band | solution band | function-level band | "
               "scale resolved |", "|---|---|---|---|---|"]
     for r in rows:
-        cells = [" / ".join(f"{r[f'{kind}_{lv}']:.0f}" for lv in LEVELS)
+        cells = [" / ".join(f"{float(r[f'{kind}_{lv}']):.0f}" for lv in LEVELS)
                  for kind in ("observation", "solution", "function")]
         lines.append(f"| {r['benchmark']} | {' | '.join(cells)} | {r['resolved']} |")
     (HERE / "results.md").write_text("\n".join(lines) + "\n")
@@ -155,12 +166,15 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows = {}
+    if args.only and (HERE / "results.csv").exists():  # keep the rows not rerun
+        with open(HERE / "results.csv", newline="") as fh:
+            rows = {r["benchmark"]: r for r in csv.DictReader(fh)}
     for name in args.only or BENCHMARKS:
         print(f"{name} ...", flush=True)
-        rows.append(run_one(name, work))
-        print(json.dumps(rows[-1]), flush=True)
-    write(rows)
+        rows[name] = run_one(name, work)
+        print(json.dumps(rows[name]), flush=True)
+    write([rows[name] for name in BENCHMARKS if name in rows])
 
 
 if __name__ == "__main__":
