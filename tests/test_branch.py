@@ -58,7 +58,11 @@ def test_which_branch(darcy17):
 
 
 def test_trunk_features_span_each_coordinates_range(darcy17):
-    assert trunk_features(TrainConfig(), darcy17) == ()
+    assert trunk_features(TrainConfig(trunk_harmonics=0), darcy17) == ()
+    assert trunk_features(TrainConfig(), darcy17) == ((0, 2.0), (1, 2.0))  # default K = 8
+    assert model_config(TrainConfig(), darcy17).trunk_in_features == 2 + 2 * 8 * 2
+    # a run written before the features keeps the coordinates alone
+    assert TrainConfig.from_dict({"method": "sgld"}).trunk_harmonics == 0
     assert trunk_features(TrainConfig(trunk_harmonics=3), darcy17) == ((0, 2.0), (1, 2.0))
     mconf = model_config(TrainConfig(trunk_harmonics=3), darcy17)
     assert mconf.trunk_in_features == 2 + 2 * 3 * 2

@@ -63,9 +63,10 @@ class TrainConfig:
     branch: str = _opt("mlp", "branch net: mlp, or conv (a convolutional net over inputs "
                        "given on an equispaced 1-D or 2-D grid)", choices=BRANCHES)
     channels: int = _opt(16, "conv branch: channels of its first layer")
-    trunk_harmonics: int = _opt(0, "Fourier features of each non-periodic query coordinate "
+    trunk_harmonics: int = _opt(8, "Fourier features of each non-periodic query coordinate "
                                 "for the trunk: cos and sin of π k y / L, k = 1..K, L the "
-                                "coordinate's range in the data (0: the coordinates as they are)")
+                                "coordinate's range in the data, beside the coordinate "
+                                "(0: the coordinate alone)")
     calibration: float = _opt(0.1, "fraction of training functions held out to calibrate the "
                               "bands (0: none)")
     burn_in: int | None = _opt(None, "burn-in epochs (default: 3/4 of the run with kfac, "
@@ -177,6 +178,7 @@ class TrainConfig:
     def from_dict(cls, d: dict) -> TrainConfig:
         d = dict(d)
         d.setdefault("branch_pca", 0)  # written before the encoder: the raw sensors
+        d.setdefault("trunk_harmonics", 0)  # written before the trunk's Fourier features
         if "precondition" in d:  # run directories written before the Kronecker metric
             d.setdefault("metric", "rmsprop" if d.pop("precondition") else "identity")
             d.setdefault("standardise", False)

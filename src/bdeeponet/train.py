@@ -118,7 +118,7 @@ def model_config(config: TrainConfig, data: OperatorData,
         branch_grid=grid,
         channels=config.channels,
         features=trunk_features(config, data),
-        feature_harmonics=config.trunk_harmonics or 8,
+        feature_harmonics=max(config.trunk_harmonics, 1),  # unused without features
         **scaling,
     )
 
