@@ -65,7 +65,7 @@ def test_reproduce_writes_tables_figures_and_a_self_contained_report(grid):
     assert "src=\"http" not in html
     assert "8 finished of 8, 8 trained by this invocation" in html
     assert "width 64, depth 2, latent 64" in html  # the network's size, here the default
-    assert md.startswith("Network: width 64, depth 2, latent 64.")
+    assert md.startswith("Network: width 64, depth 2, latent 64, trunk_harmonics 8.")
 
 
 def test_rerun_skips_finished_runs_and_redoes_an_interrupted_one(grid):
@@ -121,11 +121,31 @@ def test_network_size_reaches_every_run_but_the_linear_fit_and_names_it(tmp_path
     # a size given at its default is the default grid's run
     at_default = make_jobs(scen, ["adam"], [0], 2, model={"width": np.int64(64)})[0]
     assert at_default.run_dir(tmp_path) == default.run_dir(tmp_path)
-    assert at_default.network() == default.network() == {"width": 64, "depth": 2, "latent": 64}
+    assert at_default.network() == default.network() == {"width": 64, "depth": 2, "latent": 64,
+                                                         "trunk_harmonics": 8}
     run_job(str(tmp_path), asdict(adam))
     config = json.loads((adam.run_dir(tmp_path) / "config.json").read_text())
     assert (config["train"]["width"], config["train"]["depth"], config["train"]["latent"]) == (8, 2, 4)
-    assert _network_sizes(jobs) == "width 8, depth 2, latent 4"
+    assert _network_sizes(jobs) == "width 8, depth 2, latent 4, trunk_harmonics 8"
+
+
+def test_a_finished_run_with_other_settings_is_not_reused(tmp_path):
+    """A grid written before a default changed holds runs named as the new default's: the
+    grid refuses to table them as such."""
+    from dataclasses import asdict
+
+    from bdeeponet.experiments import execute, run_job
+
+    scen = scenarios(["antiderivative"], [0.05])
+    old = make_jobs(scen, ["adam"], [0], 2, model={"trunk_harmonics": 0})[0]
+    assert old.run_dir(tmp_path).name == "adam-2ep-trunk_harmonics0-seed0"
+    ensure_data(tmp_path, scen)
+    run_job(str(tmp_path), asdict(old))
+    new = make_jobs(scen, ["adam"], [0], 2)[0]
+    new.run_dir(tmp_path).parent.mkdir(parents=True, exist_ok=True)
+    old.run_dir(tmp_path).rename(new.run_dir(tmp_path))  # as an old grid's folder
+    with pytest.raises(ValueError, match="other settings \\(trunk_harmonics\\)"):
+        execute(tmp_path, [new], workers=1, progress=False)
 
 
 @pytest.mark.parametrize("model,match", [

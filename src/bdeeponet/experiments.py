@@ -130,7 +130,6 @@ def run_job(out: str, job: dict, device: str = "cpu") -> dict:
     """Train one job on ``device`` (in a worker: one torch thread). Returns the job."""
     import torch
 
-    from .config import TrainConfig
     from .data import load
     from .train import train
 
@@ -140,9 +139,7 @@ def run_job(out: str, job: dict, device: str = "cpu") -> dict:
     run_dir = job.run_dir(out)
     if not (run_dir / "metrics.json").exists():
         data = load(data_path(out, job.problem, job.noise))
-        config = TrainConfig(method=job.method, epochs=job.epochs, seed=job.seed,
-                             chains=job.chains, **job.model_size())
-        train(data, config, run_dir, resume=True, device=device)
+        train(data, job.config(), run_dir, resume=True, device=device)
     return asdict(job)
 
 
@@ -156,7 +153,15 @@ def execute(out: Path, jobs: list[Job], workers: int = 2, executor: str = "local
             progress: bool = True, ray_address: str | None = None, device: str = "cpu") -> int:
     """Run the unfinished jobs on a local process pool or a Ray cluster, each on ``device``;
     returns how many it ran."""
+    from .train import settings_differ
+
     todo = [j for j in jobs if not (j.run_dir(out) / "metrics.json").exists()]
+    for job in jobs:  # a finished run is reused: it must be the job's
+        if job not in todo:
+            diff = settings_differ(job.run_dir(out), job.config())
+            if diff:
+                raise ValueError(f"{job.run_dir(out)} holds a finished run with other settings "
+                                 f"({', '.join(diff)}): write the grid to another --out")
     # Longest first, so no worker is left with one long run at the end while the others idle.
     costs = {j: expected_cost(out, j) for j in todo}
     todo.sort(key=costs.get, reverse=True)

@@ -58,8 +58,8 @@ PAPER_TIME_RATIO = {
 }
 
 
-# The TrainConfig fields that size the network, settable per grid (``reproduce --width``).
-MODEL_SIZE = ("width", "depth", "latent")
+# The TrainConfig fields that shape the network, settable per grid (``reproduce --width``).
+MODEL_SIZE = ("width", "depth", "latent", "trunk_harmonics")
 
 
 @dataclass(frozen=True)
@@ -76,13 +76,22 @@ class Job:
     width: int | None = None
     depth: int | None = None
     latent: int | None = None
+    trunk_harmonics: int | None = None
 
     def network(self) -> dict[str, int]:
-        """The network's width, depth and latent dimension, TrainConfig's defaults filled in."""
+        """The network's width, depth, latent dimension and trunk harmonics, TrainConfig's
+        defaults filled in."""
         from .config import TrainConfig
 
         return {k: getattr(TrainConfig if getattr(self, k) is None else self, k)
                 for k in MODEL_SIZE}
+
+    def config(self):
+        """The job's :class:`~bdeeponet.config.TrainConfig`."""
+        from .config import TrainConfig
+
+        return TrainConfig(method=self.method, epochs=self.epochs, seed=self.seed,
+                           chains=self.chains, **self.model_size())
 
     def model_size(self) -> dict[str, int]:
         """The sizes that differ from TrainConfig's defaults: what names the run apart (a

@@ -528,18 +528,23 @@ def write_history(path: Path, history: list[dict]) -> None:
 def check_resume(out: Path, config: TrainConfig, data: OperatorData | None = None) -> None:
     """A resumed run must have the settings it was started with (config.json's), and the
     same training data where ``data`` is given."""
-    path = out / "config.json"
-    if not path.exists():  # nothing to resume: a fresh run
-        return
-    conf = json.loads(path.read_text())
-    # (read through TrainConfig: a setting added since the run started takes its default)
-    saved = TrainConfig.from_dict(conf["train"]).to_dict()
-    now = config.to_dict()
-    diff = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+    diff = settings_differ(out, config)
     if diff:
         raise ValueError(f"resume: the settings differ from the saved run's ({', '.join(diff)})")
-    if data is not None:
-        check_same_data(conf, data, f"resume {out}")
+    if data is not None and (out / "config.json").exists():
+        check_same_data(json.loads((out / "config.json").read_text()), data, f"resume {out}")
+
+
+def settings_differ(out: Path, config: TrainConfig) -> list[str]:
+    """The settings in which the run in ``out`` (its config.json) differs from ``config``;
+    none when there is no run. A setting added since the run was written takes the value
+    that reproduces it (``TrainConfig.from_dict``)."""
+    path = Path(out) / "config.json"
+    if not path.exists():
+        return []
+    saved = TrainConfig.from_dict(json.loads(path.read_text())["train"]).to_dict()
+    now = config.to_dict()
+    return sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
 
 
 def check_same_data(conf: dict, data: OperatorData, action: str) -> None:
