@@ -204,10 +204,7 @@ def fit_calibration(mean, std, s_noisy, noise_std: float, levels=NOMINAL_LEVELS,
       that is not smooth over 5 points: where the observation band of those k_α covers
       fewer of the held-out residuals themselves than a level, by more than 2 points and
       more than two standard errors (clustered by function), each level is fitted on the
-      residuals themselves
-      instead, which is what that band promises (2-D Darcy 29 × 29: 46% at 50% before,
-      49% after; advection-diffusion at σ = 0.01: 46/75/85/91% at 50/80/90/95% before,
-      50/80/90/95% after; docs/bands.md)."""
+      residuals themselves instead, which is what that band promises (docs/bands.md)."""
     mean, std, s = (np.asarray(a, dtype=np.float64) for a in (mean, std, s_noisy))
     r = np.abs(s - mean)
     # standard errors clustered over fewer functions say nothing: no check
