@@ -8,12 +8,11 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from .model import ACTIVATIONS
+from .samplers.methods import METHOD_NAMES, get_method
 from .samplers.mresgld import DEFAULT_C
-from .samplers.sgld import DEFAULT_LR, METRICS
+from .samplers.sgld import METRICS
 
-METHOD_NAMES = ("adam", "ensemble", "sgld", "resgld", "mresgld", "linear")
 BRANCHES = ("mlp", "conv")
-DEFAULT_ENSEMBLE = 8  # members of a deep ensemble when --chains is not given
 
 
 def _opt(default, help: str, **extra):
@@ -86,25 +85,22 @@ class TrainConfig:
     checkpoint_every: int = _opt(100, "epochs between checkpoints")
 
     def __post_init__(self):
-        if self.method not in METHOD_NAMES:
-            raise ValueError(
-                f"unknown method '{self.method}'; choose one of: {', '.join(METHOD_NAMES)}"
-            )
+        kind = get_method(self.method)  # ValueError naming the choices
         for name in ("epochs", "batch_size", "width", "depth", "latent", "mc_samples",
                      "checkpoint_every", "fisher_samples", "channels"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.replicas < 2:
             raise ValueError(f"replicas must be >= 2, got {self.replicas}")
-        if self.replicas > 2 and self.method not in ("resgld", "mresgld"):
+        if self.replicas > 2 and not kind.ladder:
             raise ValueError("replicas > 2 needs --method resgld or mresgld")
         if self.ladder_adapt is not None and self.ladder_adapt < 0:
             raise ValueError(f"ladder_adapt must be >= 0, got {self.ladder_adapt}")
         if self.chains is not None and (isinstance(self.chains, bool) or self.chains < 1):
             raise ValueError(f"chains must be >= 1, got {self.chains}")
-        if self.method == "ensemble" and self.n_chains < 2:
-            raise ValueError(f"an ensemble needs chains >= 2, got {self.chains}")
-        if self.method in ("adam", "linear") and self.n_chains > 1:
+        if self.n_chains < kind.min_chains:
+            raise ValueError(f"an ensemble needs chains >= {kind.min_chains}, got {self.chains}")
+        if kind.single and self.n_chains > 1:
             raise ValueError(f"{self.method} runs one network; for several use --method "
                              "ensemble, or a sampler")
         if self.metric not in METRICS:
@@ -144,13 +140,13 @@ class TrainConfig:
     def n_chains(self) -> int:
         if self.chains is not None:
             return self.chains
-        return DEFAULT_ENSEMBLE if self.method == "ensemble" else 1
+        return get_method(self.method).chains
 
     @property
     def step_size(self) -> float:
         if self.lr is not None:
             return self.lr
-        return 1e-3 if self.method in ("adam", "ensemble") else DEFAULT_LR[self.metric]
+        return get_method(self.method).default_lr(self.metric)
 
     @property
     def burn_in_epochs(self) -> int:
@@ -158,8 +154,8 @@ class TrainConfig:
             return self.burn_in
         # the warm start is what makes the mean accurate; a constant-metric chain from the
         # mode needs few epochs for its samples
-        sampler = self.method not in ("adam", "ensemble")
-        return 3 * self.epochs // 4 if self.metric == "kfac" and sampler else self.epochs // 2
+        draws = get_method(self.method).draws
+        return 3 * self.epochs // 4 if self.metric == "kfac" and draws else self.epochs // 2
 
     @property
     def ladder_adapt_epochs(self) -> int:

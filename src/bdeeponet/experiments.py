@@ -72,11 +72,11 @@ def make_jobs(scen, methods, seeds, epochs, chains: int | None = None,
     """Every scenario × method × seed; ``chains`` applies to the samplers and the ensemble
     (Adam and the linear baseline run one network), ``model`` (``width``, ``depth``,
     ``latent``; the default sizes where absent) to every method but the linear baseline."""
-    from .config import METHOD_NAMES, TrainConfig
+    from .config import TrainConfig
+    from .samplers.methods import get_method
 
     for m in methods:
-        if m not in METHOD_NAMES:
-            raise ValueError(f"unknown method '{m}'; choose one of: {', '.join(METHOD_NAMES)}")
+        get_method(m)  # ValueError naming the choices
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
     if chains is not None and chains < 1:
@@ -89,8 +89,8 @@ def make_jobs(scen, methods, seeds, epochs, chains: int | None = None,
             raise ValueError(f"{k} must be an integer, got {v!r}")
     model = {k: int(v) for k, v in model.items() if v is not None}
     TrainConfig(**model)  # its own checks (>= 1)
-    return [Job(p, n, m, s, epochs, None if m in ("adam", "linear") else chains,
-                **({} if m == "linear" else model))
+    return [Job(p, n, m, s, epochs, None if get_method(m).single else chains,
+                **(model if get_method(m).network else {}))
             for p, n in scen for m in methods for s in seeds]
 
 

@@ -20,6 +20,7 @@ from .grid import PAPER_ERRORS, PAPER_TIME_RATIO
 from .io import write_text
 from .plots import scenario_figures
 from .plots import write_run_figures as write_run_figures  # imported from here by cli.py
+from .samplers.methods import get_method
 
 METRIC_COLUMNS = ("e1_after_burn_in", "e2_after_burn_in", "e1", "e2", "e3", "band_width", "nll",
                   "crps", "sec_per_iter")
@@ -311,7 +312,7 @@ def _network_sizes(jobs) -> str:
     """The DeepONets' width, depth and latent dimension over the jobs (e.g. ``width 32,
     depth 2, latent 32``)."""
     sizes = dict.fromkeys(", ".join(f"{k} {v}" for k, v in j.network().items())
-                          for j in jobs if j.method != "linear")
+                          for j in jobs if get_method(j.method).network)
     return "; ".join(sizes) or "none (linear baseline only)"
 
 

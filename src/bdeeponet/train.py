@@ -31,13 +31,13 @@ from .energy import GaussianEnergy, fan_in_prior
 from .io import atomic_write, write_json, write_text
 from .linear import LinearPosterior, fit_linear
 from .metrics import convergence, effective_sample_size, relative_errors
-from .model import DeepONet, ModelConfig, parameter_groups, set_dropout_generator, standardisation
+from .model import DeepONet, ModelConfig, set_dropout_generator, standardisation
 from .noise import noise_sd_from_residuals
 from .novelty import DEFAULT_FALSE_ALARM, fit_novelty
 from .posterior import Posterior, flatten
 from .progress import Progress
 from .run import test_metrics
-from .samplers import METHODS
+from .samplers.methods import get_method
 from .samplers.sgld import end_stiffness
 
 HISTORY_COLUMNS = (
@@ -113,7 +113,7 @@ def model_config(config: TrainConfig, data: OperatorData,
         depth=config.depth,
         latent=config.latent,
         activation=config.activation,
-        dropout=config.dropout if config.method == "adam" else 0.0,
+        dropout=config.dropout if get_method(config.method).dropout else 0.0,
         periodic=data.periodic,
         branch_grid=grid,
         channels=config.channels,
@@ -126,23 +126,6 @@ def model_config(config: TrainConfig, data: OperatorData,
 def epoch_steps(data: OperatorData, config: TrainConfig) -> int:
     """Minibatches in one pass over the training functions (the last one may be short)."""
     return -(-data.n_train // config.batch_size)
-
-
-def build_sampler(config: TrainConfig, model: DeepONet, steps_per_epoch: int):
-    if config.method in ("adam", "ensemble"):
-        return METHODS[config.method](lr=config.step_size)
-    kwargs = dict(lr=config.step_size, metric=config.metric, freeze_metric=config.freeze_metric,
-                  warm_lr=config.warm_lr, warm_steps=config.burn_in_epochs * steps_per_epoch,
-                  control_variate=config.control_variate, fisher_samples=config.fisher_samples,
-                  cuda_graph=config.cuda_graph)
-    if config.method == "sgld":
-        return METHODS["sgld"](tau=config.tau1, **kwargs)
-    kwargs.update(lr_hot=config.lr_hot, tau1=config.tau1, tau2=config.tau2,
-                  replicas=config.replicas,
-                  adapt_steps=config.ladder_adapt_epochs * steps_per_epoch)
-    if config.method == "mresgld":
-        kwargs.update(groups=parameter_groups(model), c=config.c)
-    return METHODS[config.method](**kwargs)
 
 
 def resolve_noise_std(config: TrainConfig, data: OperatorData) -> float | None:
@@ -226,7 +209,7 @@ def setup(data: OperatorData, config: TrainConfig, noise_std: float | None,
     prior = fan_in_prior(model, config.prior_std) if config.prior == "fan_in" else config.prior_std
     energy = GaussianEnergy(model, y, data.n_train,
                             noise_std if noise_std is not None else 0.1 * float(s.std()), prior)
-    sampler = build_sampler(config, model, epoch_steps(data, config))
+    sampler = get_method(config.method).build(config, model, epoch_steps(data, config))
     gen = torch.Generator(device=device).manual_seed(config.seed + 1)
     set_dropout_generator(model, gen)
     model.train(mconf.dropout > 0)  # Adam + MC dropout trains with dropout on
@@ -259,7 +242,7 @@ def train(
         check_resume(out, config, data)
     fingerprint = data.training_fingerprint()  # of all the training functions, held-out ones too
     data, held_out = split_calibration(data, config)
-    if config.method == "linear":
+    if not get_method(config.method).network:  # the linear baseline: a closed-form fit
         if sigma is None:
             raise ValueError("the linear baseline needs a known noise level: pass --noise-std SD")
         return _train_linear(data, config, sigma, out, held_out, fingerprint)
@@ -481,7 +464,7 @@ def recalibrate(run_dir: str | Path, data: OperatorData) -> dict:
     if held_out is None:
         raise ValueError(f"{run_dir} was trained without held-out functions (calibration = 0)")
     metrics = {**run.metrics, **_test_metrics(run.posterior, data, run.config.seed, held_out)}
-    if run.config.method not in ("adam", "ensemble", "linear"):  # also for runs before R̂
+    if get_method(run.config.method).draws:  # also for runs before R̂
         metrics.update(_prediction_diagnostics(run.posterior, data))
     atomic_write(path / "posterior.pt", lambda fh: torch.save(run.posterior.state_dict(), fh))
     write_json(path / "metrics.json", metrics)
