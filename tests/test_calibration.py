@@ -10,7 +10,6 @@ from scipy.stats import t as student_t_dist
 from bdeeponet.calibration import (
     Calibration,
     bands,
-    check_message,
     conformal_rank,
     consistent_scales,
     coverage_table,
@@ -19,6 +18,7 @@ from bdeeponet.calibration import (
     tail_quantile,
     z_value,
 )
+from bdeeponet.cli import check_message
 from bdeeponet.metrics import NOMINAL_LEVELS
 from bdeeponet.samplers.swap import communication_barrier, predicted_swap_rate
 

@@ -370,40 +370,6 @@ def consistent_scales(r, std, noise_std: float, levels=NOMINAL_LEVELS, dof=None,
     return (float(grid[max(idx[0] - 1, 0)]), float(grid[min(idx[-1] + 1, len(grid) - 1)]))
 
 
-def check_message(check: dict) -> str:
-    """One line on what the held-out functions could check of a run's band
-    (``metrics["calibration_check"]``, see :func:`consistent_scales`)."""
-    k, n = check["consistent"], check["n_functions"]
-    z = check.get("spread_z")
-    if spread_off(z):
-        return (f"the {n} held-out functions' error does not follow the band's spread from "
-                f"point to point (z = {z:.1f}: relative to the spread it is larger where the "
-                "chains agree), so the calibrated band is fitted level by level")
-    shape = ("no single scale of the raw band covers the held-out functions at every level: "
-             "its shape is off")
-    lik = check.get("scale_interval")
-    if lik is not None:
-        where = f"at {check['scale']:.2g} (90%: {lik[0]:.2g}-{lik[1]:.2g})"
-        if not k:
-            return (f"{shape} for the {n} held-out functions (their likelihood puts its scale "
-                    f"{where}), and the calibrated band takes the median of per-level fits")
-        if check["resolved"]:
-            return f"the {n} held-out functions put the raw band's scale {where}"
-        more = check.get("functions_needed")
-        more = (f"; roughly {more:,} held-out functions would pin it down (--calibration sets "
-                "the fraction held out)") if more else ""
-        return (f"the {n} held-out functions cannot check this band: their likelihood puts "
-                f"its scale {where} (the noise hides the error), so its coverage rests on the "
-                f"sampler{more}")
-    if not k:
-        return f"{shape} for the {n} held-out functions, and the calibrated band scales each level on its own"
-    if check["resolved"]:
-        return f"the {n} held-out functions fix the raw band's scale within {k[0]:.2g}-{k[1]:.2g}"
-    return (f"the {n} held-out functions cannot check this band: any scale of it from "
-            f"{k[0]:.2g} to {k[1]:.2g} fits them (the noise hides the error), so its coverage "
-            "rests on the sampler")
-
-
 UNDER_COVER = 0.02
 """A shortfall of the observation band on the held-out residuals that keeps the windows'
 fit (:func:`fit_calibration`): smaller ones (a heavy-tailed smooth error under noise fell

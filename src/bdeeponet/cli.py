@@ -377,10 +377,45 @@ def train_config(args):
     return TrainConfig.from_dict(merged)
 
 
+def check_message(check: dict) -> str:
+    """One line on what the held-out functions could check of a run's band
+    (``metrics["calibration_check"]``, see :func:`bdeeponet.calibration.consistent_scales`)."""
+    from .calibration import spread_off
+
+    k, n = check["consistent"], check["n_functions"]
+    z = check.get("spread_z")
+    if spread_off(z):
+        return (f"the {n} held-out functions' error does not follow the band's spread from "
+                f"point to point (z = {z:.1f}: relative to the spread it is larger where the "
+                "chains agree), so the calibrated band is fitted level by level")
+    shape = ("no single scale of the raw band covers the held-out functions at every level: "
+             "its shape is off")
+    lik = check.get("scale_interval")
+    if lik is not None:
+        where = f"at {check['scale']:.2g} (90%: {lik[0]:.2g}-{lik[1]:.2g})"
+        if not k:
+            return (f"{shape} for the {n} held-out functions (their likelihood puts its scale "
+                    f"{where}), and the calibrated band takes the median of per-level fits")
+        if check["resolved"]:
+            return f"the {n} held-out functions put the raw band's scale {where}"
+        more = check.get("functions_needed")
+        more = (f"; roughly {more:,} held-out functions would pin it down (--calibration sets "
+                "the fraction held out)") if more else ""
+        return (f"the {n} held-out functions cannot check this band: their likelihood puts "
+                f"its scale {where} (the noise hides the error), so its coverage rests on the "
+                f"sampler{more}")
+    if not k:
+        return f"{shape} for the {n} held-out functions, and the calibrated band scales each level on its own"
+    if check["resolved"]:
+        return f"the {n} held-out functions fix the raw band's scale within {k[0]:.2g}-{k[1]:.2g}"
+    return (f"the {n} held-out functions cannot check this band: any scale of it from "
+            f"{k[0]:.2g} to {k[1]:.2g} fits them (the noise hides the error), so its coverage "
+            "rests on the sampler")
+
+
 def cmd_train(args) -> None:
     import torch
 
-    from .calibration import check_message
     from .data import load
     from .report import write_run_figures
     from .train import train
