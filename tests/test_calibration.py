@@ -489,10 +489,10 @@ def test_an_error_rough_on_the_grid_is_fitted_on_the_residuals_themselves(monkey
     points short. The held-out residuals show the shortfall, so each level is fitted on them:
     within 2 points of nominal at every level (400 functions). ``windows_only`` (the check
     switched off) is the control."""
-    import bdeeponet.calibration as calibration
+    import bdeeponet.calibration.scales as scales
 
     if windows_only:
-        monkeypatch.setattr(calibration, "UNDER_COVER", 1.0)
+        monkeypatch.setattr(scales, "UNDER_COVER", 1.0)
     rng = np.random.default_rng(11)
     y = np.linspace(0, 1, 100)[:, None]
     sigma = 0.002
@@ -507,7 +507,7 @@ def test_an_error_rough_on_the_grid_is_fitted_on_the_residuals_themselves(monkey
     cal = fit_calibration(mean, std, noisy, sigma, y=y, trust_band=False)
     mean, std, _, fresh = draw(400)
     for level in NOMINAL_LEVELS:
-        b = calibration.bands(mean, std, sigma, cal, level, level)
+        b = bands(mean, std, sigma, cal, level, level)
         got = 100 * np.mean((fresh >= b["obs_lower"]) & (fresh <= b["obs_upper"]))
         if windows_only:
             assert got < 100 * level - 5 or level == 0.99, (level, got)

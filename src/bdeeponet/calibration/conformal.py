@@ -1,0 +1,64 @@
+"""The function-level band's held-out quantile: split-conformal ranks that hold with
+probability ``CONFORMAL_CONFIDENCE`` over the held-out draw, the tail fit beyond them, and
+the Gaussian union bound for (next to) no held-out functions."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.stats import beta as beta_dist
+
+from .levels import z_value
+
+CONFORMAL_CONFIDENCE = 0.9  # the function-level band covers >= its level in 90% of held-out draws
+
+
+def conformal_rank(n: int, level: float, confidence: float = CONFORMAL_CONFIDENCE) -> int | None:
+    """The rank r (1-based) of the held-out score that bounds the function-level band: the
+    smallest r whose band covers at least ``level`` of new functions with probability
+    ``confidence`` over the draw of the n held-out functions (Vovk 2012, "Conditional
+    validity of inductive conformal predictors"). With exchangeable scores the coverage of
+    the r-th smallest of n is Beta(r, n + 1 − r), so r is the smallest with
+    ``P(Beta(r, n + 1 − r) < level) <= 1 − confidence``. ``confidence=None``: the usual
+    ⌈(n + 1) level⌉, whose coverage is ``level`` on average over draws but, from 100
+    functions, below it in about half of them (on the 8000-epoch grid with 4 chains,
+    37.7–43.6% at nominal 50% in 9 of 12 runs: they share one held-out split, and their
+    score, mostly the noise's maximum over the P points, is nearly the same for every
+    function, so a small error in the quantile moves the coverage a lot).
+    None where no rank reaches it (too few functions for the level)."""
+    if confidence is None:
+        rank = math.ceil((n + 1) * level)
+        return rank if rank <= n else None
+    ranks = np.arange(1, n + 1)
+    ok = np.nonzero(beta_dist.cdf(level, ranks, n + 1 - ranks) <= 1 - confidence)[0]
+    return int(ranks[ok[0]]) if ok.size else None
+
+
+def tail_quantile(scores, level: float, confidence: float = CONFORMAL_CONFIDENCE) -> float:
+    """The function-level score at a level no held-out rank reaches (from 100 functions:
+    99%), as an upper confidence bound: a Gumbel distribution fitted to the logarithms of
+    the held-out ``scores`` by its moments, its ``level`` quantile raised by the normal
+    quantile at ``confidence`` (1.28 at 0.9) times its standard error (delta method, with
+    the Gumbel's skewness 1.14 and excess kurtosis 2.4).
+
+    A score is a maximum over P points; a maximum of light-tailed values is Gumbel, of
+    heavy-tailed ones Fréchet, whose logarithm is Gumbel. Fitted on the log scale the bound
+    is right for the heavy tails and errs wide for the light ones. Simulated with 100 held-out
+    functions (the maxima over 100 points of |N(0, 1)|, of |t_5|, of |t_3|, of |N(0, 1)|
+    with 30% of functions 1.6x wider, of an AR(1) with ρ = 0.95; 400 draws each): the band
+    covers at least 99% in 90-100% of draws, at 1.17-1.40 times the width that would just do.
+    The Gaussian union bound used before covered only 98.2-98.9% at 99% in 14 of the 32
+    reSGLD and m-reSGLD runs of the two 4-chain grids, all on the PDEs."""
+    x = np.log(np.maximum(np.asarray(scores, dtype=np.float64), 1e-300))
+    n = len(x)
+    sd = float(x.std(ddof=1))
+    c = math.sqrt(6) / math.pi * (-np.euler_gamma - math.log(-math.log(level)))
+    se = sd * math.sqrt((1 + 1.1 * c * c + 1.1395 * c) / n)
+    z = z_value(2 * confidence - 1)  # the one-sided normal quantile at ``confidence``
+    return float(math.exp(x.mean() + c * sd + z * se))
+
+
+def _bonferroni(level: float, n_points: int) -> float:
+    """Without held-out functions: the Gaussian z of a union bound over the P points."""
+    return z_value(1 - (1 - level) / n_points)
