@@ -99,12 +99,9 @@ def consistent_scales(r, std, noise_std: float, levels=NOMINAL_LEVELS, dof=None,
 
 
 UNDER_COVER = 0.02
-
-
-"""A shortfall of the observation band on the held-out residuals that keeps the windows'
-fit (:func:`fit_calibration`): smaller ones (a heavy-tailed smooth error under noise fell
-1.3 points short at 50%, 3 standard errors) cost less than a solution band fitted on the
-noisy residuals, which there over-covers by 13 points at 50%."""
+"""The largest shortfall of the observation band on the held-out residuals at which
+:func:`~bdeeponet.calibration.fit.fit_calibration` keeps the fit on residuals averaged over
+grid neighbours (why 2 points: docs/bands.md)."""
 
 
 def _under_covers(r, std, noise_std: float, levels, scales) -> bool:
