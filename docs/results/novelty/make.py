@@ -93,7 +93,8 @@ def write(rows, points) -> None:
     head = list(rows[0])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        lines.append("| " + " | ".join(f"{v:.2f}" if isinstance(v, float) else str(v)
+        lines.append("| " + " | ".join(("–" if np.isnan(v) else f"{v:.2f}")
+                                       if isinstance(v, float) else str(v)
                                        for v in r.values()) + " |")
     (HERE / "results.md").write_text("\n".join(lines) + "\n")
 
