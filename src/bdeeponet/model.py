@@ -6,9 +6,11 @@ maps the features φ(y) of the query points y (P, d) to basis values t (P, q), a
 for every function at every point is ``s_shift + s_scale (B @ T^T + bias)`` (n, P). The
 branch input is never replicated per query point (docs/design.md: aligned data). The
 standardisation constants live in :class:`ModelConfig` (see :func:`standardisation`), so a
-saved model predicts in the data's own units. φ is the identity except on the periodic
-coordinates, which it replaces by Fourier features (:func:`fourier_features`): the model is
-then exactly periodic in them.
+saved model predicts in the data's own units. φ replaces each periodic coordinate by its
+Fourier features, so the model is exactly periodic in it, and appends Fourier features of
+the coordinates named in ``features`` (:func:`fourier_features`); it is the identity
+without either. The branch is an MLP, or a convolutional net (:func:`conv_branch`) for
+inputs on a grid.
 
 Samplers take thousands of steps on a net this small, so the step is dominated by fixed
 per-operation costs and by the trunk's activations on P points. Two things keep it fast:
