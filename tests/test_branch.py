@@ -72,8 +72,9 @@ def test_trunk_features_span_each_coordinates_range(darcy17):
     want = torch.stack([torch.cos(torch.pi * k * y[:, 1, None]),
                         torch.sin(torch.pi * k * y[:, 1, None])], dim=2).flatten(1)
     assert torch.allclose(phi[:, :2].double(), y) and torch.allclose(phi[:, 8:].double(), want)
-    with pytest.raises(ValueError, match="trunk_harmonics"):
-        TrainConfig(trunk_harmonics=-1)
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="trunk_harmonics"):
+            TrainConfig(trunk_harmonics=bad)
     periodic = generate(get_problem("burgers", n_points=16), 0.01, np.random.default_rng(0),
                         n_train=4, n_test=1)
     assert trunk_features(TrainConfig(trunk_harmonics=3), periodic) == ()  # x is periodic

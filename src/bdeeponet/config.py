@@ -127,7 +127,8 @@ class TrainConfig:
                                             or isinstance(self.branch_pca, bool)
                                             or self.branch_pca < 0):
             raise ValueError(f"branch_pca must be an integer >= 0, got {self.branch_pca!r}")
-        if isinstance(self.trunk_harmonics, bool) or self.trunk_harmonics < 0:
+        if (not isinstance(self.trunk_harmonics, int) or isinstance(self.trunk_harmonics, bool)
+                or self.trunk_harmonics < 0):
             raise ValueError(f"trunk_harmonics must be an integer >= 0, got {self.trunk_harmonics!r}")
         if self.branch not in BRANCHES:
             raise ValueError(f"unknown branch '{self.branch}'; choose one of: {', '.join(BRANCHES)}")
