@@ -538,6 +538,12 @@ class DeepONet(nn.Module):
             self.__dict__["_trunk_names"] = [
                 n for kind, w, b in plan["trunk"] if kind == "linear" for n in (w, b)
             ]
+            # the backward walk stops at each net's first linear layer (nothing before it
+            # has parameters: a conv branch's first patches)
+            self.__dict__["_first_linear"] = {
+                net: next(i for i, step in enumerate(steps) if step[0] == "linear")
+                for net, steps in plan.items()
+            }
         return plan
 
     @staticmethod
@@ -567,7 +573,7 @@ class DeepONet(nn.Module):
         """Walk ``net`` backwards from ``dh = dL/d(net output)``, filling ``grads``; with
         ``rows`` (C chains), over the first ``rows`` chains only (``dh`` already cut)."""
         steps = self._plan()[net]
-        first = next(i for i, step in enumerate(steps) if step[0] == "linear")
+        first = self._first_linear[net]
         for i in range(len(steps) - 1, first - 1, -1):
             kind, a, b = steps[i]
             entry = tape[i]

@@ -35,11 +35,12 @@ own model, called as ``model(u, y)``::
 """
 
 from .adam import AdamDropout, DeepEnsemble
+from .methods import METHOD_NAMES, get_method
 from .mresgld import MReSGLD
 from .resgld import ReSGLD
 from .sgld import SGLD
 
-METHODS = {"adam": AdamDropout, "ensemble": DeepEnsemble, "sgld": SGLD, "resgld": ReSGLD,
-           "mresgld": MReSGLD}
+# name -> sampler class, from the registry (the linear baseline has no sampler)
+METHODS = {name: get_method(name).sampler for name in METHOD_NAMES if get_method(name).sampler}
 
 __all__ = ["METHODS", "AdamDropout", "DeepEnsemble", "MReSGLD", "ReSGLD", "SGLD"]
