@@ -80,9 +80,6 @@ def test_a_posterior_of_several_chains_predicts_the_pooled_t_distribution():
     mean, std, dof = pooled_predictive(draws.mean(1), (draws**2).mean(1), 3)
     assert torch.allclose(out["mean"], mean) and torch.allclose(out["raw_std"], std, rtol=1e-6)
     assert torch.allclose(out["dof"], dof) and torch.isfinite(dof).all()
-    assert post.band_trusted
-    assert not Posterior(config, vecs, chains=1).band_trusted
-    assert not Posterior(config, vecs[:1], mc_dropout=10).band_trusted
 
 
 def test_std_is_the_calibrated_spread_and_predict_takes_what_train_returns():

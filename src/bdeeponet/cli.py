@@ -418,7 +418,7 @@ def cmd_train(args) -> None:
 
     from .data import load
     from .report import write_run_figures
-    from .train import train
+    from .train import band_trusted, train
 
     torch.set_num_threads(max(1, args.threads))
     config = train_config(args)
@@ -452,7 +452,7 @@ def cmd_train(args) -> None:
               f"(a smaller --lr makes room)", file=sys.stderr)
     check = result.metrics.get("calibration_check")
     # a band scaled per level (one chain, MC dropout) is expected to fail the one-scale check
-    if check and not check["resolved"] and (check["consistent"] or result.posterior.band_trusted):
+    if check and not check["resolved"] and (check["consistent"] or band_trusted(config, result.posterior)):
         print(f"warning: {check_message(check)}", file=sys.stderr)
     print(f"run written to {out}/ (figures: {', '.join(f.name for f in figs)})")
 

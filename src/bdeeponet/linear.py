@@ -32,7 +32,6 @@ class LinearPosterior:
 
     kind = "linear"
     n_samples = 0
-    band_trusted = True  # the exact posterior of its model: calibration keeps it unless rejected
 
     @property
     def n_sensors(self) -> int:

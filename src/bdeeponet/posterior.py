@@ -74,13 +74,6 @@ class Posterior:
     def n_samples(self) -> int:
         return self.mc_dropout or self.samples.shape[0]
 
-    @property
-    def band_trusted(self) -> bool:
-        """Whether calibration keeps this band where held-out functions cannot reject it:
-        several chains' (their disagreement is in it), not one chain's or MC dropout's
-        (local spreads: see :func:`bdeeponet.calibration.fit_calibration`)."""
-        return self.chains > 1 and not self.mc_dropout
-
     def to(self, device: torch.device | str) -> Posterior:
         """Compute predictions on ``device`` from now on (in place; returns self)."""
         self.model.to(device)

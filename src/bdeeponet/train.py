@@ -370,7 +370,7 @@ def _finish(loop, sampler, config, mconf, data, out, noise_std: float, held_out,
         final = flatten(sampler.sample(loop.state), batched=chains > 1).cpu()
         post = Posterior(mconf, final.reshape(-1, final.shape[-1]),
                          config.mc_samples if mconf.dropout > 0 else 0, noise_std, encoder=encoder)
-    metrics = _test_metrics(post, data, config.seed, held_out)
+    metrics = _test_metrics(post, data, config, held_out)
     post_burn = [r for r in loop.history if r["epoch"] > config.burn_in_epochs]
     metrics["e1_after_burn_in"] = float(np.mean([r["e1"] for r in post_burn]))
     metrics["e2_after_burn_in"] = float(np.mean([r["e2"] for r in post_burn]))
@@ -402,7 +402,7 @@ def _train_linear(data: OperatorData, config: TrainConfig, sigma: float, out, he
     t0 = time.perf_counter()
     post = fit_linear(data.u_train, data.s_train, data.y, sigma, config.prior_std)
     seconds = time.perf_counter() - t0
-    metrics = _test_metrics(post, data, config.seed, held_out)
+    metrics = _test_metrics(post, data, config, held_out)
     metrics["e1_after_burn_in"], metrics["e2_after_burn_in"] = metrics["e1"], metrics["e2"]
     row = {"epoch": 1, "e1": metrics["e1"], "e2": metrics["e2"], "e1_mean": metrics["e1"],
            "e2_mean": metrics["e2"], "energy": float("nan"), "swap_rate": float("nan"),
@@ -430,14 +430,22 @@ def split_calibration(data: OperatorData, config: TrainConfig):
     return fit_data, (data.u_train[cal], data.s_train[cal])
 
 
-def _test_metrics(post, data: OperatorData, seed: int, held_out) -> dict:
-    """Calibrate ``post`` on the held-out functions (in place), then its test metrics."""
+def band_trusted(config: TrainConfig, post) -> bool:
+    """Whether the band of ``post``, a run of ``config``, is kept unless held-out functions
+    reject it (:meth:`~bdeeponet.samplers.methods.Method.band_trusted`)."""
+    return get_method(config.method).band_trusted(getattr(post, "chains", 1))
+
+
+def _test_metrics(post, data: OperatorData, config: TrainConfig, held_out) -> dict:
+    """Calibrate ``post`` (a run of ``config``) on the held-out functions (in place), then
+    its test metrics."""
+    seed = config.seed
     if held_out is not None:
         post.novelty = fit_novelty(data.u_train, held_out[0])
         pred = post.predict(held_out[0], data.y, seed=seed)
         post.calibration = fit_calibration(pred["mean"].numpy(), pred["raw_std"].numpy(),
                                            held_out[1], post.noise_std, dof=pred["dof"].numpy(),
-                                           y=data.y, trust_band=post.band_trusted).to_dict()
+                                           y=data.y, trust_band=band_trusted(config, post)).to_dict()
     pred = post.predict(data.u_test, data.y, seed=seed)
     metrics = test_metrics(pred["mean"].numpy(), pred["raw_std"].numpy(), data, post,
                            pred["dof"].numpy(), seed=seed)
@@ -463,7 +471,7 @@ def recalibrate(run_dir: str | Path, data: OperatorData) -> dict:
     _, held_out = split_calibration(data, run.config)
     if held_out is None:
         raise ValueError(f"{run_dir} was trained without held-out functions (calibration = 0)")
-    metrics = {**run.metrics, **_test_metrics(run.posterior, data, run.config.seed, held_out)}
+    metrics = {**run.metrics, **_test_metrics(run.posterior, data, run.config, held_out)}
     if get_method(run.config.method).draws:  # also for runs before R̂
         metrics.update(_prediction_diagnostics(run.posterior, data))
     atomic_write(path / "posterior.pt", lambda fh: torch.save(run.posterior.state_dict(), fh))

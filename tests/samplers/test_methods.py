@@ -41,3 +41,13 @@ def test_nothing_outside_the_samplers_branches_on_a_method_name():
              if path.parent.name != "samplers"
              for i, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
     assert found == []
+
+
+def test_each_method_says_how_its_band_is_calibrated():
+    """Several chains' band, an ensemble's and the linear posterior's stand unless held-out
+    functions reject them; one chain's and MC dropout's are fitted level by level."""
+    assert get_method("mresgld").band_trusted(4) and get_method("sgld").band_trusted(2)
+    assert not get_method("mresgld").band_trusted(1) and not get_method("resgld").band_trusted(1)
+    assert get_method("ensemble").band_trusted(8)
+    assert not get_method("adam").band_trusted(1)
+    assert get_method("linear").band_trusted(1)

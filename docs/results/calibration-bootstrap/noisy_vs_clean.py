@@ -22,7 +22,7 @@ import torch
 from bdeeponet.calibration import fit_calibration, pins_down, scale_likelihood
 from bdeeponet.data import load
 from bdeeponet.run import load_run
-from bdeeponet.train import split_calibration
+from bdeeponet.train import band_trusted, split_calibration
 
 
 def quintile_scales(residual, std) -> list[float]:
@@ -42,7 +42,7 @@ def within_function(residual, std) -> tuple[float, float]:
 
 
 def predictions(run_dir: Path, data):
-    """A run's held-out functions and test set: ``(post, held_out, test)`` with held_out =
+    """A run's held-out functions and test set: ``(run, held_out, test)`` with held_out =
     (mean, std, dof, noisy targets, clean targets) and test = (mean, std, dof), each (n, P)."""
     run = load_run(run_dir)
     post, seed = run.posterior, run.config.seed
@@ -50,7 +50,7 @@ def predictions(run_dir: Path, data):
     _, (_, s_clean) = split_calibration(dataclasses.replace(data, s_train=data.s_train_clean),
                                         run.config)
     ho, test = post.predict(u_ho, data.y, seed=seed), post.predict(data.u_test, data.y, seed=seed)
-    return (post, (*(ho[k].numpy() for k in ("mean", "raw_std", "dof")), s_noisy, s_clean),
+    return (run, (*(ho[k].numpy() for k in ("mean", "raw_std", "dof")), s_noisy, s_clean),
             tuple(test[k].numpy() for k in ("mean", "raw_std", "dof")))
 
 
@@ -61,10 +61,11 @@ def finished_runs(grid: Path) -> list[Path]:
 
 
 def one_run(run_dir: Path, data) -> dict:
-    post, (mh, sh, dh, s_noisy, s_clean), (mt, st, dt) = predictions(run_dir, data)
+    run, (mh, sh, dh, s_noisy, s_clean), (mt, st, dt) = predictions(run_dir, data)
+    post = run.posterior
     tiny = 1e-12 * post.noise_std  # clean targets: no noise to deconvolve
     cal = fit_calibration(mh, sh, s_noisy, post.noise_std, dof=dh, y=data.y,
-                          trust_band=post.band_trusted)
+                          trust_band=band_trusted(run.config, post))
     return {"noisy": scale_likelihood(s_noisy - mh, sh, post.noise_std, dh),
             "clean": scale_likelihood(s_clean - mh, sh, tiny, dh)[0],
             "test": scale_likelihood(data.s_test - mt, st, tiny, dt)[0],

@@ -111,7 +111,8 @@ def real(grids: list[Path]) -> None:
     for grid in grids:
         for run_dir in finished_runs(grid):
             data = load(grid / "data" / f"{run_dir.parent.name}.npz")
-            post, (mh, sh, dh, s_noisy, _), (mt, st, dt) = predictions(run_dir, data)
+            run, (mh, sh, dh, s_noisy, _), (mt, st, dt) = predictions(run_dir, data)
+            post = run.posterior
             error = data.s_test - mt
             metrics = json.loads((run_dir / "metrics.json").read_text())
             lib = [metrics["coverage"]["calibrated"]["pointwise"][str(lv)] for lv in LEVELS]

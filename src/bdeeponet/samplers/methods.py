@@ -44,6 +44,15 @@ class Method:
     def default_lr(self, metric: str) -> float:
         return self.lr if self.lr is not None else DEFAULT_LR[metric]
 
+    def band_trusted(self, chains: int) -> bool:
+        """How its band is calibrated: True where calibration keeps the band unless held-out
+        functions reject it (several chains or members, whose disagreement is in it; the
+        linear baseline's exact posterior), False where each level gets its own scale (one
+        chain, MC dropout: local spreads; :func:`bdeeponet.calibration.fit_calibration`)."""
+        if not self.network:
+            return True
+        return chains > 1 and not self.dropout
+
     def build(self, config, model, steps_per_epoch: int):
         """The sampler of a run of ``config`` (a :class:`~bdeeponet.config.TrainConfig`) on
         ``model``; None for a method without one (the linear baseline)."""
