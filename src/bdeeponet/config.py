@@ -13,6 +13,7 @@ from .samplers.mresgld import DEFAULT_C
 from .samplers.sgld import METRICS
 
 BRANCHES = ("mlp", "conv")
+TRUNKS = ("mlp", "pod")
 
 
 def _opt(default, help: str, **extra):
@@ -66,6 +67,10 @@ class TrainConfig:
                                 "for the trunk: cos and sin of π k y / L, k = 1..K, L the "
                                 "coordinate's range in the data, beside the coordinate "
                                 "(0: the coordinate alone)")
+    trunk: str = _opt("mlp", "trunk net: mlp (learnt, on the query coordinates), or pod "
+                      "(fixed: the training outputs' mean and first latent principal "
+                      "modes, as POD-DeepONet; predicts only at the training query points)",
+                      choices=TRUNKS)
     calibration: float = _opt(0.1, "fraction of training functions held out to calibrate the "
                               "bands (0: none)")
     burn_in: int | None = _opt(None, "burn-in epochs (default: 3/4 of the run with kfac, "
@@ -130,6 +135,11 @@ class TrainConfig:
         if (not isinstance(self.trunk_harmonics, int) or isinstance(self.trunk_harmonics, bool)
                 or self.trunk_harmonics < 0):
             raise ValueError(f"trunk_harmonics must be an integer >= 0, got {self.trunk_harmonics!r}")
+        if self.trunk not in TRUNKS:
+            raise ValueError(f"unknown trunk '{self.trunk}'; choose one of: {', '.join(TRUNKS)}")
+        if self.trunk == "pod" and kind.groups:
+            raise ValueError(f"{self.method} trains the branch and the trunk in turn, and a pod "
+                             "trunk is fixed: use --method resgld (or sgld)")
         if self.branch not in BRANCHES:
             raise ValueError(f"unknown branch '{self.branch}'; choose one of: {', '.join(BRANCHES)}")
         if self.branch == "conv" and self.branch_pca:

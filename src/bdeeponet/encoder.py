@@ -1,4 +1,6 @@
-"""The branch net's input encoder: the training inputs' principal components (PCA).
+"""Fixed linear encoders fitted on the training data: the branch net's input as the
+training inputs' principal components (PCA), and a fixed trunk, the training outputs'
+mean and principal modes (:class:`TrunkModes`).
 
 A DeepONet whose branch reads m = 7225 sensor values (an 85 × 85 field) has a first layer
 with m inputs: its Kronecker metric factor is m × m (O(m³) to build, O(m² h) a step) and
@@ -104,3 +106,79 @@ def principal_components(u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
     mean = u.mean(axis=0)
     _, sv, vt = np.linalg.svd(u - mean, full_matrices=False)
     return mean, sv**2, vt
+
+
+@dataclass
+class TrunkModes:
+    """A fixed trunk's basis at the training query points (POD-DeepONet, Lu et al. 2022):
+    ``points`` (P, d), the training query points; ``values`` (P, 1 + q), the training
+    outputs' mean and their first q principal modes, each mode scaled by the sd of its
+    coefficient (all in the model's standardised units), so that the branch's q outputs
+    have unit variance. ``self(y)`` is ``[y, values at y]`` (P', d + 1 + q).
+
+    The basis is known only at the training query points: a y off them is refused.
+    """
+
+    points: np.ndarray
+    values: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return self.values.shape[1]
+
+    @property
+    def dim_y(self) -> int:
+        return self.points.shape[1]
+
+    def rows(self, y: np.ndarray) -> np.ndarray:
+        """Index into ``points`` of each row of ``y`` (P', d); ValueError naming how many
+        rows are not training query points. Points are compared in single precision, the
+        precision the model computes in."""
+        y, points = np.asarray(y, dtype=np.float32), self.points.astype(np.float32)
+        if y.shape == points.shape and np.array_equal(y, points):
+            return np.arange(len(y))
+        index = {row.tobytes(): i for i, row in enumerate(points)}
+        found = [index.get(row.tobytes(), -1) for row in y]
+        if (missing := found.count(-1)):
+            raise ValueError(f"this run's trunk is the training outputs' principal modes, "
+                             f"known only at its {len(self.points)} training query points; "
+                             f"{missing} of the {len(y)} points asked for are not among them "
+                             f"(train with --trunk mlp to predict anywhere)")
+        return np.asarray(found)
+
+    def __call__(self, y):
+        """``[y, basis at y]``: numpy in, numpy out; a tensor in, a tensor out (its dtype and
+        device)."""
+        if torch.is_tensor(y):
+            values = self.values[self.rows(y.detach().cpu().numpy())]
+            return torch.cat([y, torch.as_tensor(values, dtype=y.dtype, device=y.device)], 1)
+        y = np.asarray(y, dtype=np.float64)
+        return np.concatenate([y, self.values[self.rows(y)]], 1)
+
+    def state_dict(self) -> dict:
+        return {"points": torch.as_tensor(self.points), "values": torch.as_tensor(self.values)}
+
+    @classmethod
+    def from_state_dict(cls, d: dict) -> TrunkModes:
+        return cls(np.asarray(d["points"], dtype=np.float64),
+                   np.asarray(d["values"], dtype=np.float64))
+
+
+def fit_modes(s_train: np.ndarray, y: np.ndarray, count: int, shift: float = 0.0,
+              scale: float = 1.0) -> TrunkModes:
+    """The mean and first ``count`` principal modes of the training outputs ``s_train``
+    (N, P) at the query points ``y`` (P, d), in units of ``(s - shift) / scale``."""
+    z = (np.asarray(s_train, dtype=np.float64) - shift) / scale
+    n, p = z.shape
+    if not 1 <= count <= min(n - 1, p):
+        raise ValueError(f"a POD trunk of {count} modes needs as many principal modes of the "
+                         f"training outputs, and {n} functions at {p} points have at most "
+                         f"{min(n - 1, p)}: choose --latent from 1 to {min(n - 1, p)}")
+    mean, var, vt = principal_components(z)
+    k = count
+    if var[k - 1] <= 1e-12 * var[0]:
+        rank = int(np.sum(var > 1e-12 * var[0]))
+        raise ValueError(f"a POD trunk of {count} modes needs as many principal modes of the "
+                         f"training outputs, which have {rank}: choose --latent {rank} or less")
+    values = np.column_stack([mean, vt[:k].T * np.sqrt(var[:k] / n)])
+    return TrunkModes(np.asarray(y, dtype=np.float64).copy(), values)

@@ -120,6 +120,7 @@ class ModelConfig:
     feature_harmonics: int = 8
     branch_grid: tuple = ()  # (W,) or (H, W): a convolutional branch over that grid
     channels: int = 16  # conv branch: channels of its first layer (doubling, at most 4x)
+    fixed_trunk: bool = False  # the trunk is given: y's last latent + 1 columns (mean, basis)
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
@@ -151,6 +152,9 @@ class ModelConfig:
         if {j for j, _ in self.features} & {j for j, _ in self.periodic}:
             raise ValueError("a periodic coordinate gets its Fourier features already: "
                              "features must name non-periodic columns")
+        if self.fixed_trunk and (self.dim_y < self.latent + 2 or self.periodic or self.features):
+            raise ValueError("a fixed trunk reads its mean and basis from the last latent + 1 "
+                             "columns of y, after the coordinates, and takes no Fourier features")
 
     @property
     def trunk_in_features(self) -> int:
@@ -283,6 +287,17 @@ class Patches(nn.Module):
         return maps.permute(0, 2, 3, 1).reshape(*lead, -1, c)
 
 
+class Columns(nn.Module):
+    """``(P, d + q) -> (P, q)``: the last q columns (a fixed trunk's basis at each point)."""
+
+    def __init__(self, count: int):
+        super().__init__()
+        self.count = count
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        return y[..., -self.count:]
+
+
 class Flatten(nn.Module):
     """``(..., n L, c) -> (..., n, L c)``: a channels-last map of L locations as one vector
     per function (after a conv branch's last convolution)."""
@@ -345,16 +360,25 @@ class DeepONet(nn.Module):
         else:
             self.branch = mlp([config.n_sensors, *hidden, config.latent], config.activation,
                               config.dropout, False)
-        # The trunk's last layer is activated: its outputs are the basis functions t(y).
-        self.trunk = mlp(
-            [config.trunk_in_features, *hidden, config.latent], config.activation, 0.0, True
-        )
+        if config.fixed_trunk:  # t(y): the basis's values, given beside y (no parameters)
+            self.trunk = nn.Sequential(Columns(config.latent))
+        else:  # the last layer is activated: its outputs are the basis functions t(y)
+            self.trunk = mlp(
+                [config.trunk_in_features, *hidden, config.latent], config.activation, 0.0, True
+            )
         self.bias = nn.Parameter(torch.zeros(()))
 
     def forward(self, u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         c = self.config
         z = self.branch(self.branch_input(u)) @ self.trunk(self.trunk_input(y)).T + self.bias
+        if c.fixed_trunk:
+            z = z + self.offset(y)
         return c.s_shift + c.s_scale * z
+
+    def offset(self, y: torch.Tensor) -> torch.Tensor:
+        """A fixed trunk's mean at each point (P,), added to B T^T: y's column before the
+        basis."""
+        return y[:, -self.config.latent - 1]
 
     def branch_input(self, u: torch.Tensor) -> torch.Tensor:
         """``(u - u_shift) / u_scale`` (``u`` itself with the default constants)."""
@@ -494,7 +518,13 @@ class DeepONet(nn.Module):
         if c.s_shift != 0.0 or c.s_scale != 1.0:  # skipped by default: a step is ~op-bound
             bias = c.s_shift + c.s_scale * bias
         if bias.dim() == 1:  # C chains: (C, n, q) @ (C, q, P)
-            pred = torch.baddbmm(bias[:, None, None], b, t.mT, alpha=c.s_scale)
+            if t.dim() == 2:  # a fixed trunk: one basis for every chain
+                t = t.expand(b.shape[0], *t.shape)
+            bias = bias[:, None, None]
+        if c.fixed_trunk:  # its mean at each point
+            bias = bias + c.s_scale * self.offset(y)
+        if bias.dim() == 3:
+            pred = torch.baddbmm(bias, b, t.mT, alpha=c.s_scale)
         else:
             pred = torch.addmm(bias, b, t.t(), alpha=c.s_scale)  # s_shift + s_scale (B T^T + bias)
         return pred, {"branch": (b, b_tape), "trunk": (t, t_tape)}
@@ -527,7 +557,7 @@ class DeepONet(nn.Module):
                 for i, mod in enumerate(getattr(self, net)):
                     if isinstance(mod, nn.Linear):
                         steps.append(("linear", f"{net}.{i}.weight", f"{net}.{i}.bias"))
-                    elif isinstance(mod, (Patches, Flatten)):
+                    elif isinstance(mod, (Patches, Flatten, Columns)):
                         steps.append(("shape", mod, None))
                     elif isinstance(mod, Dropout):
                         steps.append(("dropout", mod, None))
@@ -539,9 +569,9 @@ class DeepONet(nn.Module):
                 n for kind, w, b in plan["trunk"] if kind == "linear" for n in (w, b)
             ]
             # the backward walk stops at each net's first linear layer (nothing before it
-            # has parameters: a conv branch's first patches)
+            # has parameters: a conv branch's first patches); a fixed trunk has none
             self.__dict__["_first_linear"] = {
-                net: next(i for i, step in enumerate(steps) if step[0] == "linear")
+                net: next((i for i, step in enumerate(steps) if step[0] == "linear"), None)
                 for net, steps in plan.items()
             }
         return plan

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch.func import functional_call
 
-from .encoder import PCAEncoder
+from .encoder import PCAEncoder, TrunkModes
 from .energy import Params
 from .model import DeepONet, ModelConfig, set_dropout_generator
 from .novelty import Novelty
@@ -51,6 +51,7 @@ class Posterior:
     chains: int = 1
     encoder: PCAEncoder | None = None  # maps raw inputs (n, m) to what the branch reads
     novelty: Novelty | None = None  # how unlike the training inputs an input is
+    modes: TrunkModes | None = None  # the training outputs' modes, beside y for the trunk
 
     def __post_init__(self):
         if not self.mc_dropout and self.samples.shape[0] % self.chains:
@@ -68,7 +69,8 @@ class Posterior:
 
     @property
     def dim_y(self) -> int:
-        return self.config.dim_y
+        """Coordinates of a query point (the trunk reads the modes' values beside them)."""
+        return self.config.dim_y if self.modes is None else self.modes.dim_y
 
     @property
     def n_samples(self) -> int:
@@ -83,10 +85,13 @@ class Posterior:
 
     def trajectories(self, u: torch.Tensor, y: torch.Tensor, seed: int = 0):
         """Yield each of the M predictions (n, P) in turn (memory O(n P), not O(M n P)) for
-        raw inputs u (n, m) (encoded here when the run has an encoder)."""
+        raw inputs u (n, m) (encoded here when the run has an encoder) at query points y
+        (P, d) (the trunk's modes appended here when it reads them)."""
         with torch.no_grad():
             if self.encoder is not None:
                 u = self.encoder(u)
+            if self.modes is not None:
+                y = self.modes(y)
             if self.mc_dropout:
                 params = unflatten(self.samples[0], self.template)
                 gen = torch.Generator(device=self.samples.device).manual_seed(seed)
@@ -125,7 +130,8 @@ class Posterior:
                 "mc_dropout": self.mc_dropout, "noise_std": self.noise_std,
                 "calibration": self.calibration, "chains": self.chains,
                 "encoder": None if self.encoder is None else self.encoder.state_dict(),
-                "novelty": None if self.novelty is None else self.novelty.state_dict()}
+                "novelty": None if self.novelty is None else self.novelty.state_dict(),
+                "modes": None if self.modes is None else self.modes.state_dict()}
 
     @classmethod
     def from_state_dict(cls, d: dict) -> Posterior:
@@ -133,7 +139,8 @@ class Posterior:
                    float(d.get("noise_std", float("nan"))), d.get("calibration"),
                    int(d.get("chains", 1)),
                    None if d.get("encoder") is None else PCAEncoder.from_state_dict(d["encoder"]),
-                   None if d.get("novelty") is None else Novelty.from_state_dict(d["novelty"]))
+                   None if d.get("novelty") is None else Novelty.from_state_dict(d["novelty"]),
+                   None if d.get("modes") is None else TrunkModes.from_state_dict(d["modes"]))
 
 
 def pooled_predictive(chain_mean: torch.Tensor, chain_sq: torch.Tensor, draws: int):

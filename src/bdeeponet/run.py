@@ -108,7 +108,7 @@ def predict(run: Run, u, y, level: float = 0.95, function_level: float = 0.95,
 
 def _float_array(key: str, a) -> np.ndarray:
     try:
-        return np.asarray(a, dtype=np.float64)
+        return np.ascontiguousarray(a, dtype=np.float64)  # (torch takes no negative strides)
     except (TypeError, ValueError):
         kind = getattr(np.asarray(a), "dtype", "unknown")
         raise ValueError(f"'{key}' must hold numbers, got dtype {kind}") from None

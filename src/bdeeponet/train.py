@@ -26,7 +26,7 @@ from .calibration import fit_calibration
 from .config import TrainConfig
 from .data import OperatorData, sensor_grid
 from .device import resolve_device
-from .encoder import PCAEncoder, fit_pca
+from .encoder import PCAEncoder, TrunkModes, fit_modes, fit_pca
 from .energy import GaussianEnergy, fan_in_prior
 from .io import atomic_write, write_json, write_text
 from .linear import LinearPosterior, fit_linear
@@ -101,26 +101,38 @@ def trunk_features(config: TrainConfig, data: OperatorData) -> tuple[tuple[int, 
 def model_config(config: TrainConfig, data: OperatorData,
                  encoder: PCAEncoder | None = None) -> ModelConfig:
     """The network of ``config`` for ``data``; with ``encoder`` the branch reads its r
-    components (already standardised: the model's u shift and scale stay 0 and 1)."""
+    components (already standardised: the model's u shift and scale stay 0 and 1). A pod
+    trunk reads its mean and basis from 1 + ``latent`` columns after the coordinates
+    (:func:`trunk_modes`)."""
     scaling = standardisation(data.u_train, data.s_train) if config.standardise else {}
     grid = () if encoder is not None else branch_grid(config, data)
     if encoder is not None:
         scaling.update(u_shift=0.0, u_scale=1.0)
+    pod = config.trunk == "pod"
     return ModelConfig(
         n_sensors=data.n_sensors if encoder is None else encoder.components,
-        dim_y=data.y.shape[1],
+        dim_y=data.y.shape[1] + (1 + config.latent if pod else 0),
         width=config.width,
         depth=config.depth,
         latent=config.latent,
         activation=config.activation,
         dropout=config.dropout if get_method(config.method).dropout else 0.0,
-        periodic=data.periodic,
+        periodic=() if pod else data.periodic,
         branch_grid=grid,
         channels=config.channels,
-        features=trunk_features(config, data),
+        features=() if pod else trunk_features(config, data),
+        fixed_trunk=pod,
         feature_harmonics=max(config.trunk_harmonics, 1),  # unused without features
         **scaling,
     )
+
+
+def trunk_modes(config: TrainConfig, data: OperatorData, mconf: ModelConfig) -> TrunkModes | None:
+    """A pod trunk's basis (:func:`~bdeeponet.encoder.fit_modes`) in the model's
+    standardised units; None for a learnt trunk."""
+    if config.trunk != "pod":
+        return None
+    return fit_modes(data.s_train, data.y, config.latent, mconf.s_shift, mconf.s_scale)
 
 
 def epoch_steps(data: OperatorData, config: TrainConfig) -> int:
@@ -173,6 +185,7 @@ class Setup:
     chains: int | None = None
     initial: dict | None = None
     encoder: PCAEncoder | None = None  # applied to every raw input before the branch
+    modes: TrunkModes | None = None  # appended to the query points before the trunk
 
     def init_state(self):
         """The sampler's state at the initial parameters."""
@@ -205,7 +218,9 @@ def setup(data: OperatorData, config: TrainConfig, noise_std: float | None,
         torch.manual_seed(config.seed)
         model = DeepONet(mconf).to(device)  # drawn on the CPU: the same weights on any device
     u_train = data.u_train if encoder is None else encoder(data.u_train)
-    u, s, y = (_tensor(a, device) for a in (u_train, data.s_train, data.y))
+    modes = trunk_modes(config, data, mconf)
+    y = data.y if modes is None else modes(data.y)
+    u, s, y = (_tensor(a, device) for a in (u_train, data.s_train, y))
     prior = fan_in_prior(model, config.prior_std) if config.prior == "fan_in" else config.prior_std
     energy = GaussianEnergy(model, y, data.n_train,
                             noise_std if noise_std is not None else 0.1 * float(s.std()), prior)
@@ -216,7 +231,7 @@ def setup(data: OperatorData, config: TrainConfig, noise_std: float | None,
     chains = config.n_chains if config.n_chains > 1 else None
     initial = None if chains is None else {
         n: t.to(device) for n, t in initial_parameters(mconf, config.seed, chains).items()}
-    return Setup(model, mconf, energy, sampler, gen, u, s, y, chains, initial, encoder)
+    return Setup(model, mconf, energy, sampler, gen, u, s, y, chains, initial, encoder, modes)
 
 
 def train(
@@ -310,7 +325,7 @@ def train(
     bar.close()
     end = end_stiffness(loop.state, energy, (u, s), gen)
     return _finish(loop, sampler, config, mconf, data, out, energy.noise_std, held_out,
-                   {} if end is None else {"metric_stiffness_end": end}, run.encoder)
+                   {} if end is None else {"metric_stiffness_end": end}, run.encoder, run.modes)
 
 
 def _errors(pred: np.ndarray, s_test) -> tuple[float, float]:
@@ -359,17 +374,20 @@ def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfi
 
 
 def _finish(loop, sampler, config, mconf, data, out, noise_std: float, held_out,
-            extra: dict | None = None, encoder: PCAEncoder | None = None) -> RunResult:
+            extra: dict | None = None, encoder: PCAEncoder | None = None,
+            modes: TrunkModes | None = None) -> RunResult:
     chains = config.n_chains
     if sampler.draws_samples:  # (draws, C, p) -> (C draws, p), chain by chain
         samples = torch.stack(loop.samples)
         if samples.dim() == 3:
             samples = samples.transpose(0, 1).reshape(-1, samples.shape[-1])
-        post = Posterior(mconf, samples, noise_std=noise_std, chains=chains, encoder=encoder)
+        post = Posterior(mconf, samples, noise_std=noise_std, chains=chains, encoder=encoder,
+                         modes=modes)
     else:  # trained networks: an ensemble's members, or one with MC dropout masks
         final = flatten(sampler.sample(loop.state), batched=chains > 1).cpu()
         post = Posterior(mconf, final.reshape(-1, final.shape[-1]),
-                         config.mc_samples if mconf.dropout > 0 else 0, noise_std, encoder=encoder)
+                         config.mc_samples if mconf.dropout > 0 else 0, noise_std, encoder=encoder,
+                         modes=modes)
     metrics = _test_metrics(post, data, config, held_out)
     post_burn = [r for r in loop.history if r["epoch"] > config.burn_in_epochs]
     metrics["e1_after_burn_in"] = float(np.mean([r["e1"] for r in post_burn]))
