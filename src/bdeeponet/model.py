@@ -453,21 +453,11 @@ class DeepONet(nn.Module):
 
         return pred, backward
 
-    def split_net(self, names) -> str | None:
-        """The net (``branch`` or ``trunk``) that ``names`` holds only part of, or None: a
-        partial gradient (``forward_backward``) must take each net whole or not at all.
-        Kept per set of names: m-reSGLD asks it every step."""
-        some = frozenset(names)
-        cache = self.__dict__.setdefault("_split_cache", {})
-        if some not in cache:
-            plan = self._plan()
-            cache[some] = None
-            for net in ("branch", "trunk"):
-                members = {n for kind, w, b in plan[net] if kind == "linear" for n in (w, b)}
-                if members & some and not members <= some:
-                    cache[some] = net
-                    break
-        return cache[some]
+    def net_parameters(self) -> dict[str, frozenset[str]]:
+        """The parameter names of each net, ``{"branch": ..., "trunk": ...}`` (the output
+        bias belongs to neither)."""
+        self._plan()
+        return self._net_names
 
     def _partial_rows(self, params, partial) -> dict[str, int]:
         """``{net or "bias": r}`` for the nets (and the output bias) whose tensors are all in
@@ -478,9 +468,9 @@ class DeepONet(nn.Module):
         some, r = set(partial[0]), partial[1]
         if params["bias"].dim() == 0:
             raise ValueError("partial gradients need the parameters of several chains")
-        split = self.split_net(some)
-        if split is not None:
-            raise ValueError(f"partial gradients must take the whole {split} net or none of it")
+        for net, members in self.net_parameters().items():
+            if members & some and not members <= some:
+                raise ValueError(f"partial gradients must take the whole {net} net or none of it")
         out = {net: r for net in ("branch", "trunk") if any(n.startswith(net + ".") for n in some)}
         if "bias" in some:
             out["bias"] = r
@@ -565,6 +555,10 @@ class DeepONet(nn.Module):
                         steps.append(("act", act, mod.forward))
                 plan[net] = steps
             self.__dict__["_plan_cache"] = plan
+            self.__dict__["_net_names"] = {
+                net: frozenset(n for kind, w, b in steps if kind == "linear" for n in (w, b))
+                for net, steps in plan.items()
+            }
             self.__dict__["_trunk_names"] = [
                 n for kind, w, b in plan["trunk"] if kind == "linear" for n in (w, b)
             ]

@@ -21,6 +21,7 @@ module's diagonal metric is ``metric="rmsprop"``; the default metric is in :mod:
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -203,10 +204,23 @@ def energy_and_grads(
 def skips_partial_backward(energy, names: list[str]) -> bool:
     """Whether :func:`energy_and_grads` can take ``partial = (names, r)``: skip the backward
     pass of ``names`` on all but the first r chains. Only the DeepONet's hand-written
-    gradient can, and only for whole nets (``DeepONet.split_net``)."""
-    split = getattr(getattr(energy, "model", None), "split_net", None)
-    return (getattr(type(energy), "value_and_grad", None) is GaussianEnergy.value_and_grad
-            and split is not None and split(names) is None)
+    gradient can, and only for whole nets (``DeepONet.net_parameters``). Kept per model and
+    set of names: m-reSGLD asks it every step."""
+    model = getattr(energy, "model", None)
+    if (getattr(type(energy), "value_and_grad", None) is not GaussianEnergy.value_and_grad
+            or not hasattr(model, "net_parameters")):
+        return False
+    known = _WHOLE_NETS.setdefault(model, {})
+    some = frozenset(names)
+    if some not in known:
+        known[some] = all(not (members & some) or members <= some
+                          for members in model.net_parameters().values())
+    return known[some]
+
+
+# per model, per set of names: whether the names take each net whole (a cache of the
+# samplers', kept out of the model; weak keys, so that it dies with the model)
+_WHOLE_NETS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @torch.no_grad()
