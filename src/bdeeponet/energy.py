@@ -46,6 +46,7 @@ class GaussianEnergy:
             raise ValueError(f"prior_std must be > 0, got {prior_std}")
         self.model, self.y, self.n_total = model, y, n_total
         self.noise_std, self.prior_std = noise_std, prior_std
+        self.trunk_memo: dict = {}  # the model keeps a frozen trunk's output here between steps
 
     def prior_precision(self, name: str) -> float:
         """``1/σ_p²`` of the tensor ``name`` (``prior_std``: one number, or one per tensor)."""
@@ -70,7 +71,7 @@ class GaussianEnergy:
         # other module goes through torch.func.functional_call (vmapped over C chains).
         fwd = getattr(self.model, "functional_forward", None)
         if fwd is not None:
-            pred = fwd(params, u, self.y)
+            pred = fwd(params, u, self.y, self.trunk_memo)
         elif chains is not None:
             pred = torch.func.vmap(lambda p, x: functional_call(self.model, p, (x, self.y)),
                                    in_dims=(0, 0 if u.dim() == 3 else None))(params, u)
@@ -97,7 +98,7 @@ class GaussianEnergy:
             return value, _first_chains(grads, partial)
         u, s = batch
         with torch.no_grad():
-            pred, backward = fb(params, u, self.y, names, partial)
+            pred, backward = fb(params, u, self.y, names, partial, self.trunk_memo)
             r = pred.sub_(s)
             terms = (r * r).sum(dim=-1) / (2 * self.noise_std**2)
             scale = self.n_total / u.shape[-2]

@@ -407,15 +407,18 @@ class DeepONet(nn.Module):
             self.__dict__["_feature_cache"] = cached
         return cached[2]
 
-    def functional_forward(self, params, u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def functional_forward(self, params, u: torch.Tensor, y: torch.Tensor,
+                           memo: dict | None = None) -> torch.Tensor:
         """``forward`` with the tensors of ``params`` (names as ``named_parameters``), without
-        ``functional_call``'s re-parametrisation of the module (differentiable)."""
-        pred, _ = self._forward(params, u, y, need=())
+        ``functional_call``'s re-parametrisation of the module (differentiable). ``memo``: a
+        dict the caller keeps between calls, where a frozen trunk's output is kept
+        (:meth:`_forward`)."""
+        pred, _ = self._forward(params, u, y, need=(), memo=memo)
         return pred
 
     def forward_backward(
         self, params, u: torch.Tensor, y: torch.Tensor, names: list[str],
-        partial: tuple[list[str], int] | None = None,
+        partial: tuple[list[str], int] | None = None, memo: dict | None = None,
     ) -> tuple[torch.Tensor, Callable[[torch.Tensor], dict[str, torch.Tensor]]]:
         """The output (n, P) and a function that maps ``dL/d output`` to ``dL/dθ`` for the
         parameters ``names`` only, by the chain rule written out (no autograd graph).
@@ -427,13 +430,14 @@ class DeepONet(nn.Module):
         backward pass: that is m-reSGLD's saving on the hot particle. ``partial = (some,
         r)`` (C chains only): the tensors ``some`` get their gradient for the first r chains
         only, and the nets they make up are walked back over those rows only (m-reSGLD's
-        levels in one batch: the cold level trains both nets, the hot ones one).
+        levels in one batch: the cold level trains both nets, the hot ones one). ``memo``: as
+        :meth:`functional_forward`'s.
         """
         need = tuple(net for net in ("branch", "trunk")
                      if any(n.startswith(net + ".") for n in names))
         rows = self._partial_rows(params, partial)
         with torch.no_grad():
-            pred, tapes = self._forward(params, u, y, need, rows.get("trunk"))
+            pred, tapes = self._forward(params, u, y, need, rows.get("trunk"), memo)
 
         s_scale = self.config.s_scale
 
@@ -476,18 +480,20 @@ class DeepONet(nn.Module):
             out["bias"] = r
         return out
 
-    def _forward(self, params, u, y, need, trunk_rows: int | None = None):
+    def _forward(self, params, u, y, need, trunk_rows: int | None = None,
+                 memo: dict | None = None):
         """Output and, per net, ``(output, tape)``: the tape (inputs of each step) is kept
         for the nets in ``need``; with ``trunk_rows`` r (C chains), the trunk's tape holds
         its first r chains only.
 
         When the trunk is not needed and none of its tensors requires grad (m-reSGLD's hot
-        particle on a branch-only step), its output is reused from the previous call if that
-        call had the same ``y`` object (not written in place since) and trunk tensors of
-        exactly equal values (compared element by element, a few microseconds): a frozen
-        trunk then costs neither its backward nor its forward. The same holds for the
-        chains after the first ``trunk_rows`` (m-reSGLD's hot levels in one batch with the
-        cold one, on a branch-only step).
+        particle on a branch-only step) and the caller passes a ``memo``, its output is
+        reused from the previous call with that memo if that call had the same ``y`` object
+        (not written in place since) and trunk tensors of exactly equal values (compared
+        element by element, a few microseconds): a frozen trunk then costs neither its
+        backward nor its forward. The same holds for the chains after the first
+        ``trunk_rows`` (m-reSGLD's hot levels in one batch with the cold one, on a
+        branch-only step).
         """
         plan = self._plan()
         b_tape = [] if "branch" in need else None
@@ -497,13 +503,14 @@ class DeepONet(nn.Module):
             t_tape = []
             first = self._run(plan["trunk"], {n: p[:trunk_rows] for n, p in trunk.items()},
                               self.trunk_input(y), t_tape)
-            t = torch.cat([first, self._frozen_trunk({n: p[trunk_rows:] for n, p in trunk.items()}, y)])
+            rest = {n: p[trunk_rows:] for n, p in trunk.items()}
+            t = torch.cat([first, self._frozen_trunk(rest, y, memo)])
         elif "trunk" in need or any(t.requires_grad for t in trunk.values()):  # (no dropout)
             t_tape = [] if "trunk" in need else None
             t = self._run(plan["trunk"], params, self.trunk_input(y), t_tape)
         else:
             t_tape = None
-            t = self._frozen_trunk(trunk, y)
+            t = self._frozen_trunk(trunk, y, memo)
         c, bias = self.config, params["bias"]
         if c.s_shift != 0.0 or c.s_scale != 1.0:  # skipped by default: a step is ~op-bound
             bias = c.s_shift + c.s_scale * bias
@@ -519,11 +526,15 @@ class DeepONet(nn.Module):
             pred = torch.addmm(bias, b, t.t(), alpha=c.s_scale)  # s_shift + s_scale (B T^T + bias)
         return pred, {"branch": (b, b_tape), "trunk": (t, t_tape)}
 
-    def _frozen_trunk(self, trunk: dict[str, torch.Tensor], y: torch.Tensor) -> torch.Tensor:
-        """The trunk's output for the tensors ``trunk``, kept from the previous call when
-        that call had the same ``y`` (not written since) and equal tensors (see
+    def _frozen_trunk(self, trunk: dict[str, torch.Tensor], y: torch.Tensor,
+                      memo: dict | None) -> torch.Tensor:
+        """The trunk's output for the tensors ``trunk``, kept in ``memo`` from the previous
+        call when that call had the same ``y`` (not written since) and equal tensors (see
         :meth:`_forward`)."""
-        cached = self.__dict__.get("_trunk_cache")
+        if memo is None:
+            with torch.no_grad():
+                return self._run(self._plan()["trunk"], trunk, self.trunk_input(y), None)
+        cached = memo.get("trunk")
         hit = (cached is not None and cached[0] is y and cached[1] == y._version
                and all(a.shape == b.shape and torch.equal(a, b)
                        for a, b in zip(cached[2], trunk.values(), strict=True)))
@@ -531,7 +542,7 @@ class DeepONet(nn.Module):
             with torch.no_grad():
                 cached = (y, y._version, [p.detach().clone() for p in trunk.values()],
                           self._run(self._plan()["trunk"], trunk, self.trunk_input(y), None))
-            self.__dict__["_trunk_cache"] = cached
+            memo["trunk"] = cached
         return cached[3]
 
     def _plan(self):

@@ -238,7 +238,7 @@ def test_cached_trunk_gives_the_same_chain_as_recomputing_it():
             self.energy = energy
 
         def value_and_grad(self, params, batch, names):
-            self.energy.model.__dict__.pop("_trunk_cache", None)
+            self.energy.trunk_memo.clear()
             return self.energy.value_and_grad(params, batch, names)
 
     def run(clear_cache, round_trip):
@@ -305,4 +305,24 @@ def test_frozen_trunk_output_is_reused_only_while_the_trunk_is_unchanged():
         g = torch.Generator().manual_seed(1)
         for _ in range(30):
             sampler.step(state, slow, (u, s), g)
-    assert "_trunk_cache" in model.__dict__  # the cache was exercised (c > 0)
+    assert "trunk" in energy.trunk_memo  # the cache was exercised (c > 0)
+
+
+def test_the_model_keeps_no_sampler_state():
+    """After m-reSGLD steps (one chain and a batch of levels), the DeepONet holds only what
+    describes itself: its step plan and its nets' parameter names, and the Fourier features
+    of the last query points."""
+    own = {"config", "_plan_cache", "_net_names", "_trunk_names", "_first_linear",
+           "_feature_cache"}
+    model, energy, batch, _ = setup()
+    module_keys = set(torch.nn.Module().__dict__)
+    sampler = MReSGLD(lr=1e-2, tau2=1e6, groups=parameter_groups(model), metric="rmsprop")
+    for chains in (None, 2):
+        state = (sampler.init(dict(model.named_parameters())) if chains is None else
+                 sampler.init({n: torch.stack([p.detach()] * chains)
+                               for n, p in model.named_parameters()}, chains=chains))
+        sampler.end_burn_in(state)
+        g = torch.Generator().manual_seed(0)
+        for _ in range(10):
+            sampler.step(state, energy, batch, g)
+    assert set(model.__dict__) - module_keys <= own
