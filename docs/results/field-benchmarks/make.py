@@ -32,11 +32,11 @@ BENCHMARKS = {  # name: (problem, parameters)
     "darcy-29": ("darcy2d", {"n_points": 29}),
     "darcy-85": ("darcy2d", {"n_points": 85}),
 }
-# Darcy again, on the same data, with a conv branch and the training outputs' modes as a
+# each again, on the same data, with a conv branch and the training outputs' modes as a
 # fixed trunk (POD-DeepONet's trunk; m-reSGLD needs a trunk to train, so reSGLD)
 POD = ("--branch", "conv", "--trunk", "pod", "--method", "resgld", "--width", 128,
        "--warm-lr", 1e-3)
-VARIANTS = {"darcy-29-pod": ("darcy-29", POD), "darcy-85-pod": ("darcy-85", POD)}
+VARIANTS = {f"{name}-pod": (name, POD) for name in BENCHMARKS}
 # published relative L2 test errors (%), noise-free data, 1000 training functions:
 # Lu et al., CMAME 393 (2022) 114778; Li et al., ICLR 2021 (FNO, Darcy 85 x 85)
 PUBLISHED = {
