@@ -1,12 +1,13 @@
 """The field's benchmarks at their resolution: viscous Burgers (128 and 1024 points) and 2-D
 Darcy flow (29 × 29 and 85 × 85), 1000 training and 200 test functions, noise of 1% of the
 targets' sd on the training targets, `bdeeponet train` at its defaults (m-reSGLD, one
-chain), each run one torch thread, one after the other.
+chain) and again with a conv branch and the POD trunk (the ``-pod`` rows, ``POD`` below),
+each run one torch thread, one after the other.
 
 Writes beside this file: results.md / results.csv (e2 beside the published noise-free
-figures, wall time, peak memory, the metric's share of the run), calibration.csv (the
-observation, solution and function-level bands' coverage at 50/80/90/95%) and
-darcy85-function.png (one test function: input, truth, mean, error, band width).
+figures, wall time, peak memory, the metric's share of the run, and the observation,
+solution and function-level bands' coverage at 50/80/90/95%) and darcy85-function.png
+(one test function of the ``darcy-85-pod`` run: input, truth, mean, error, band width).
 
 Run: python docs/results/field-benchmarks/make.py [--work DIR] [--only NAME ...]
 """
