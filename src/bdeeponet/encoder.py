@@ -123,10 +123,6 @@ class TrunkModes:
     values: np.ndarray
 
     @property
-    def count(self) -> int:
-        return self.values.shape[1]
-
-    @property
     def dim_y(self) -> int:
         return self.points.shape[1]
 
