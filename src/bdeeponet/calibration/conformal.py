@@ -22,11 +22,8 @@ def conformal_rank(n: int, level: float, confidence: float = CONFORMAL_CONFIDENC
     the r-th smallest of n is Beta(r, n + 1 − r), so r is the smallest with
     ``P(Beta(r, n + 1 − r) < level) <= 1 − confidence``. ``confidence=None``: the usual
     ⌈(n + 1) level⌉, whose coverage is ``level`` on average over draws but, from 100
-    functions, below it in about half of them (on the 8000-epoch grid with 4 chains,
-    37.7–43.6% at nominal 50% in 9 of 12 runs: they share one held-out split, and their
-    score, mostly the noise's maximum over the P points, is nearly the same for every
-    function, so a small error in the quantile moves the coverage a lot).
-    None where no rank reaches it (too few functions for the level)."""
+    functions, below it in about half of them (docs/bands.md, "Why the calibration is what
+    it is"). None where no rank reaches it (too few functions for the level)."""
     if confidence is None:
         rank = math.ceil((n + 1) * level)
         return rank if rank <= n else None
@@ -44,12 +41,8 @@ def tail_quantile(scores, level: float, confidence: float = CONFORMAL_CONFIDENCE
 
     A score is a maximum over P points; a maximum of light-tailed values is Gumbel, of
     heavy-tailed ones Fréchet, whose logarithm is Gumbel. Fitted on the log scale the bound
-    is right for the heavy tails and errs wide for the light ones. Simulated with 100 held-out
-    functions (the maxima over 100 points of |N(0, 1)|, of |t_5|, of |t_3|, of |N(0, 1)|
-    with 30% of functions 1.6x wider, of an AR(1) with ρ = 0.95; 400 draws each): the band
-    covers at least 99% in 90-100% of draws, at 1.17-1.40 times the width that would just do.
-    The Gaussian union bound used before covered only 98.2-98.9% at 99% in 14 of the 32
-    reSGLD and m-reSGLD runs of the two 4-chain grids, all on the PDEs."""
+    is right for the heavy tails and errs wide for the light ones (measured in docs/bands.md,
+    "Why the calibration is what it is")."""
     x = np.log(np.maximum(np.asarray(scores, dtype=np.float64), 1e-300))
     n = len(x)
     sd = float(x.std(ddof=1))
