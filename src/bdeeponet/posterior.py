@@ -155,12 +155,9 @@ def pooled_predictive(chain_mean: torch.Tensor, chain_sq: torch.Tensor, draws: i
     variance W beside: ``std² = W + (1 + 1/C) B`` with the Welch–Satterthwaite degrees of
     freedom ``dof = std⁴ (C − 1) / ((1 + 1/C) B)²`` (B known to C − 1, W to many), and the
     band is Student-t. It tends to the Gaussian band of the pooled spread as the chains
-    mix (B → 0) or multiply (C → ∞). With 4 chains that have not mixed, the Gaussian band
-    of the pooled draws covers about 82% at nominal 95% (the t_3 quantile); measured on
-    the paper grid (4 reSGLD chains, 4000 epochs) the raw 95% band covered 72–86% before,
-    82–97% with this. A deep ensemble's members, single MAP-like draws, are more spread
-    than their mean's error (measured: raw 95% band 89–97%; as t_{C−1}, 97–100%), so they
-    keep the Gaussian band."""
+    mix (B → 0) or multiply (C → ∞). A deep ensemble's members, single MAP-like draws,
+    keep the Gaussian band of their spread. Why, measured: docs/bands.md, "Several
+    chains"."""
     chains = chain_mean.shape[0]
     mean = chain_mean.mean(0)
     inf = torch.full_like(mean, float("inf"))

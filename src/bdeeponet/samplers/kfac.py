@@ -378,7 +378,7 @@ HESSIAN_POINTS = 1024  # query points the stiffness is estimated on, at most
 def hessian_points(n_points: int, generator: torch.Generator) -> torch.Tensor | None:
     """None (every query point) when there are at most ``HESSIAN_POINTS``; else that many
     distinct points drawn with ``generator``, on which the Hessian is estimated and scaled
-    up by ``n_points / HESSIAN_POINTS``, an unbiased estimate (measured: docs/speed.md)."""
+    up by ``n_points / HESSIAN_POINTS``, an unbiased estimate."""
     if n_points <= HESSIAN_POINTS:
         return None
     return torch.randperm(n_points, generator=generator, device=generator.device)[:HESSIAN_POINTS]
