@@ -14,6 +14,7 @@ from .samplers.sgld import METRICS
 
 BRANCHES = ("mlp", "conv")
 TRUNKS = ("mlp", "pod")
+SYMMETRIES = ("none", "square")
 
 
 def _opt(default, help: str, **extra):
@@ -55,6 +56,10 @@ class TrainConfig:
     fisher_samples: int = _opt(16, "kfac: Monte Carlo draws for the metric")
     cuda_graph: bool = _opt(True, "sgld with kfac on a CUDA device: replay the sampling step "
                             "from a CUDA graph (the same draws, a fraction of the launches)")
+    symmetry: str = _opt("none", "square: the operator commutes with the square's rotations "
+                         "and reflections (inputs and outputs on square grids); each "
+                         "minibatch function is seen turned by a random one of the 8",
+                         choices=SYMMETRIES)
     standardise: bool = _opt(True, "scale inputs and outputs by their training mean and sd")
     branch_pca: int | None = _opt(None, "principal components of the training inputs that the "
                                   "branch net reads (default: the raw sensors when m < 257, "
@@ -144,6 +149,14 @@ class TrainConfig:
             raise ValueError(f"unknown branch '{self.branch}'; choose one of: {', '.join(BRANCHES)}")
         if self.branch == "conv" and self.branch_pca:
             raise ValueError("a conv branch reads the raw grid: it takes no branch_pca")
+        if self.symmetry not in SYMMETRIES:
+            raise ValueError(f"unknown symmetry '{self.symmetry}'; choose one of: "
+                             f"{', '.join(SYMMETRIES)}")
+        if self.symmetry != "none" and not kind.network:
+            raise ValueError(f"{self.method} is fitted in closed form: it takes no symmetry")
+        if self.symmetry != "none" and self.control_variate:
+            raise ValueError("the control variate anchors each training function's gradient, "
+                             "and --symmetry turns the functions: use one or the other")
         if self.thin is not None and self.thin < 1:
             raise ValueError(f"thin must be >= 1, got {self.thin}")
 

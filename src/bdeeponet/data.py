@@ -122,6 +122,23 @@ def sensor_grid(sensors: np.ndarray | None) -> tuple[int, ...] | None:
     return tuple(len(a) for a in axes)
 
 
+def square_symmetries(points: np.ndarray | None) -> np.ndarray | None:
+    """The 8 rotations and reflections of a square grid as permutations of its points
+    (8, n): row g lists, for each point i, the point whose value lands on i under the g-th
+    element (row 0 the identity), so that ``f[:, perm[g]]`` is the field ``f`` turned by g.
+    None unless ``points`` (n, 2) are an equispaced n' x n' grid in row-major order (see
+    :func:`sensor_grid`) spanning a square: equal ranges on both axes."""
+    grid = sensor_grid(points)
+    if grid is None or len(grid) != 2 or grid[0] != grid[1]:
+        return None
+    spans = np.ptp(points, axis=0)
+    if not np.isclose(spans[0], spans[1], rtol=1e-6, atol=0):
+        return None
+    index = np.arange(points.shape[0]).reshape(grid)
+    turns = [np.rot90(index, k) for k in range(4)]
+    return np.stack([g.reshape(-1) for g in turns + [t.T for t in turns]])
+
+
 _REQUIRED = {"u_train": 2, "s_train": 2, "u_test": 2, "s_test": 2, "y": 2}
 _OPTIONAL = {"sensors": 2, "s_train_clean": 2}
 

@@ -24,7 +24,7 @@ from torch.func import functional_call
 from . import checkpoint
 from .calibration import fit_calibration
 from .config import TrainConfig
-from .data import OperatorData, sensor_grid
+from .data import OperatorData, sensor_grid, square_symmetries
 from .device import resolve_device
 from .encoder import PCAEncoder, TrunkModes, fit_modes, fit_pca
 from .energy import GaussianEnergy, fan_in_prior
@@ -84,6 +84,26 @@ def branch_grid(config: TrainConfig, data: OperatorData) -> tuple[int, ...]:
         raise ValueError("a conv branch needs the sensors on an equispaced 1-D or 2-D grid, "
                          "listed in row-major order (the data file's 'sensors')")
     return grid
+
+
+def symmetry_maps(config: TrainConfig, data: OperatorData,
+                  encoder: PCAEncoder | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """The permutations (8, m) of the sensors and (8, P) of the query points that turn a
+    training function by each element of ``config.symmetry`` (see
+    :func:`~bdeeponet.data.square_symmetries`); None without one. ValueError when the
+    sensors or the query points are not a square grid, or the branch reads principal
+    components (a turned input has other ones)."""
+    if config.symmetry == "none":
+        return None
+    if encoder is not None:
+        raise ValueError("--symmetry turns the raw inputs, and this branch reads their "
+                         "principal components: use --branch conv or --branch-pca 0")
+    maps = square_symmetries(data.sensors), square_symmetries(data.y)
+    for what, perm in zip(("sensors", "query points"), maps, strict=True):
+        if perm is None:
+            raise ValueError(f"--symmetry square needs the {what} on an equispaced n x n "
+                             "grid spanning a square, in row-major order")
+    return maps
 
 
 def trunk_features(config: TrainConfig, data: OperatorData) -> tuple[tuple[int, float], ...]:
@@ -186,6 +206,7 @@ class Setup:
     initial: dict | None = None
     encoder: PCAEncoder | None = None  # applied to every raw input before the branch
     modes: TrunkModes | None = None  # appended to the query points before the trunk
+    turns: tuple[torch.Tensor, torch.Tensor] | None = None  # symmetry_maps on the device
 
     def init_state(self):
         """The sampler's state at the initial parameters."""
@@ -231,7 +252,10 @@ def setup(data: OperatorData, config: TrainConfig, noise_std: float | None,
     chains = config.n_chains if config.n_chains > 1 else None
     initial = None if chains is None else {
         n: t.to(device) for n, t in initial_parameters(mconf, config.seed, chains).items()}
-    return Setup(model, mconf, energy, sampler, gen, u, s, y, chains, initial, encoder, modes)
+    maps = symmetry_maps(config, data, encoder)
+    turns = None if maps is None else tuple(torch.as_tensor(p, device=device) for p in maps)
+    return Setup(model, mconf, energy, sampler, gen, u, s, y, chains, initial, encoder, modes,
+                 turns)
 
 
 def train(
@@ -285,7 +309,7 @@ def train(
             t0 = time.perf_counter()
             sampler.end_burn_in(loop.state, energy, (u, s), gen)
             loop.metric_seconds = time.perf_counter() - t0
-        row = _run_epoch(loop, sampler, energy, (u, s), gen, config, chains)
+        row = _run_epoch(loop, sampler, energy, (u, s), gen, config, chains, run.turns)
         params = sampler.sample(loop.state)
         if sigma is None and loop.epoch < config.burn_in_epochs:
             energy.noise_std = loop.noise_std = residual_sd(model, params, u, s, y)
@@ -336,8 +360,11 @@ def _errors(pred: np.ndarray, s_test) -> tuple[float, float]:
 
 
 def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfig,
-               chains: int | None = None) -> dict:
-    """One pass over the training functions; C chains each take their own random order."""
+               chains: int | None = None, turns=None) -> dict:
+    """One pass over the training functions; C chains each take their own random order.
+    With ``turns`` (the permutations of :func:`symmetry_maps`) each function of a minibatch
+    is turned by a random element of the group: the likelihood, averaged over the group,
+    of an operator that commutes with it."""
     u, s = train_data
     n = u.shape[0]
     if chains is None:
@@ -349,7 +376,12 @@ def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfi
     for start in range(0, n, config.batch_size):
         idx = order[..., start : start + config.batch_size]  # (b,) or (C, b)
         t0 = time.perf_counter()
-        info = sampler.step(loop.state, energy, (u[idx], s[idx]), gen, index=idx)
+        if turns is None:
+            batch = u[idx], s[idx]
+        else:
+            g = torch.randint(len(turns[0]), idx.shape, generator=gen, device=gen.device)
+            batch = u[idx[..., None], turns[0][g]], s[idx[..., None], turns[1][g]]
+        info = sampler.step(loop.state, energy, batch, gen, index=idx)
         seconds += time.perf_counter() - t0
         energies.append(info["energy"])
         if "swapped" in info:

@@ -2,12 +2,13 @@
 Darcy flow (29 × 29 and 85 × 85), 1000 training and 200 test functions, noise of 1% of the
 targets' sd on the training targets, `bdeeponet train` at its defaults (m-reSGLD, one
 chain) and again with a conv branch and the POD trunk (the ``-pod`` rows, ``POD`` below),
-each run one torch thread, one after the other.
+and Darcy once more with the square's symmetries (the ``-pod-square`` rows), each run one
+torch thread, one after the other.
 
 Writes beside this file: results.md / results.csv (e2 beside the published noise-free
 figures, wall time, peak memory, the metric's share of the run, and the observation,
 solution and function-level bands' coverage at 50/80/90/95%) and darcy85-function.png
-(one test function of the ``darcy-85-pod`` run: input, truth, mean, error, band width).
+(one test function of the ``darcy-85-pod-square`` run: input, truth, mean, error, band width).
 
 Run: python docs/results/field-benchmarks/make.py [--work DIR] [--only NAME ...]
 """
@@ -37,7 +38,11 @@ BENCHMARKS = {  # name: (problem, parameters)
 # fixed trunk (POD-DeepONet's trunk; m-reSGLD needs a trunk to train, so reSGLD)
 POD = ("--branch", "conv", "--trunk", "pod", "--method", "resgld", "--width", 128,
        "--warm-lr", 1e-3)
-VARIANTS = {f"{name}-pod": (name, POD) for name in BENCHMARKS}
+# the 2-D ones once more, each training function seen under a random rotation or
+# reflection of the square (Darcy flow on the unit square commutes with them)
+SQUARE = (*POD, "--symmetry", "square")
+VARIANTS = {**{f"{name}-pod": (name, POD) for name in BENCHMARKS},
+            **{f"{name}-pod-square": (name, SQUARE) for name in ("darcy-29", "darcy-85")}}
 # published relative L2 test errors (%), noise-free data, 1000 training functions:
 # Lu et al., CMAME 393 (2022) 114778; Li et al., ICLR 2021 (FNO, Darcy 85 x 85)
 PUBLISHED = {
@@ -102,16 +107,18 @@ def run_one(name: str, work: Path) -> dict:
         q = np.load(_predict_level(run, work, name, float(lv)))
         row[f"observation_{lv}"] = 100 * float(np.mean((fresh >= q["obs_lower"])
                                                        & (fresh <= q["obs_upper"])))
-    if name == "darcy-85-pod":
+    if name == "darcy-85-pod-square":
         figure(d, p, HERE / "darcy85-function.png")
     return row
 
 
 def _branch(run: Path) -> str:
     """What the run's branch read: ``conv HxW``, ``PCA r`` or ``raw`` (and ``, POD trunk``)."""
-    model = json.loads((run / "config.json").read_text())["model"]
-    metrics = json.loads((run / "metrics.json").read_text())
+    config = json.loads((run / "config.json").read_text())
+    model, metrics = config["model"], json.loads((run / "metrics.json").read_text())
     trunk = ", POD trunk" if model.get("fixed_trunk") else ""
+    if config["train"].get("symmetry", "none") != "none":
+        trunk += f", {config['train']['symmetry']} symmetry"
     if model.get("branch_grid"):
         return "conv " + " x ".join(map(str, model["branch_grid"])) + trunk
     pca = (metrics.get("branch_pca") or {}).get("components", 0)

@@ -40,9 +40,10 @@ def spread_check(residual, std, y, groups: int = 3, lags: int = 3) -> float | No
     over its standard error clustered by function: a z that is large where the error is
     many times the spread where the spread is small and near it where it is large. That is
     the band of a few chains whose spread dips wherever they happen to agree, while the
-    error does not dip there (measured in docs/bands.md). The likelihood of noisy held-out targets then learns k from the high-spread
-    points alone, where the error stands out of the noise, and the coverage counts from
-    them too. None without grid lines or with fewer than MIN_CHECK functions."""
+    error does not dip there (measured in docs/bands.md). The likelihood of noisy held-out
+    targets then learns k from the high-spread points alone, where the error stands out of
+    the noise, and the coverage counts from them too. None without grid lines or with fewer
+    than MIN_CHECK functions."""
     pairs = lag_pairs(y, lags) if y is not None else None
     r, std = np.asarray(residual, dtype=np.float64), np.asarray(std, dtype=np.float64)
     if pairs is None or len(r) < MIN_CHECK:
