@@ -18,7 +18,8 @@ from bdeeponet.calibration import (
     tail_quantile,
     z_value,
 )
-from bdeeponet.cli import check_message
+from bdeeponet.calibration.scales import resolving_se
+from bdeeponet.cli import check_message, scale_pinned
 from bdeeponet.metrics import NOMINAL_LEVELS
 from bdeeponet.samplers.swap import communication_barrier, predicted_swap_rate
 
@@ -351,9 +352,10 @@ def test_the_likelihood_tells_more_than_the_coverages():
 
 
 def test_the_check_says_what_the_held_out_functions_could_tell():
-    """One line per kind of check: a scale pinned down, one the noise hides, a shape that no
-    single scale fits (the likelihood's figures in each), an error that does not follow the
-    band's spread (which also resolves nothing)."""
+    """One line per kind of check: a scale resolved, one pinned down to a factor of 2 but
+    not resolved, one the noise hides, a shape that no single scale fits (the likelihood's
+    figures in each), an error that does not follow the band's spread (which also resolves
+    nothing)."""
     def check(consistent, k, se, spread_z=None):
         cal = Calibration(consistent=consistent, likelihood=(k, se), n_functions=100,
                           spread_z=spread_z)
@@ -361,15 +363,18 @@ def test_the_check_says_what_the_held_out_functions_could_tell():
                 "scale": k, "scale_se": se, "scale_interval": list(cal.interval),
                 "spread_z": spread_z, "functions_needed": cal.functions_needed}
 
-    assert "put the raw band's scale at 1.3 (90%: 0.97-1.8)" in check_message(
-        check((0.01, 1.7), 1.33, 0.19))
+    resolved = check((1.2, 1.45), 1.33, 0.03)
+    assert resolved["resolved"] and resolved["functions_needed"] is None
+    assert check_message(resolved).endswith("put the raw band's scale at 1.3 (90%: 1.3-1.4)")
+    pinned = check((0.01, 1.7), 1.33, 0.19)
+    assert not pinned["resolved"] and scale_pinned(pinned)
+    assert "put the raw band's scale at 1.3 (90%: 0.97-1.8): too wide" in check_message(pinned)
+    # (0.19 / 0.03979)² × 100 functions
+    assert "roughly 2,280 held-out functions would resolve it" in check_message(pinned)
     hidden = check((0.01, 4.1), 1.65, 0.5)
-    assert "cannot check this band" in check_message(hidden)
-    # (0.5 / 0.2107)² × 100 functions
-    assert hidden["functions_needed"] == 564
-    assert "roughly 564 held-out functions would pin it down" in check_message(hidden)
-    for pinned in (check((0.01, 1.7), 1.33, 0.19), check((0.58, 0.85), 0.74, 0.17, 4.1)):
-        assert pinned["functions_needed"] is None and "would pin" not in check_message(pinned)
+    assert "cannot check this band" in check_message(hidden) and not scale_pinned(hidden)
+    assert hidden["functions_needed"] == 15790
+    assert check((0.58, 0.85), 0.74, 0.17, 4.1)["functions_needed"] is None  # the shape is off
     assert "shape is off" in check_message(check((), 0.78, 0.07))
     flagged = check((0.58, 0.85), 0.74, 0.17, spread_z=4.1)
     assert flagged["resolved"] is False
@@ -379,17 +384,16 @@ def test_the_check_says_what_the_held_out_functions_could_tell():
 
 
 @pytest.mark.slow
-def test_the_functions_needed_to_pin_the_scale_down_are_roughly_enough():
-    """σ six times the error: 100 held-out functions cannot pin k = 1.5 down, and say
-    roughly how many would (:attr:`Calibration.functions_needed`, from their standard error,
-    itself uncertain). With a fresh set of that many (draws asking for more than 3000 are
-    skipped), the standard error of log k over the one that pins it down: measured on 68
-    draws, median 0.83, 79% of draws at most 1.25, 88% at most 2. Here, over 12 draws: the
-    median at most 1.25 and at least two thirds at most 2. The control, a tenth as many
-    functions, leaves the scale open (median ratio above 1.25; measured 2.4)."""
+def test_the_functions_needed_to_resolve_the_scale_are_roughly_enough():
+    """σ twice the error: 100 held-out functions cannot resolve k = 1.5, and say roughly
+    how many would (:attr:`Calibration.functions_needed`, from their standard error, itself
+    uncertain). With a fresh set of that many (draws asking for more than 3000 are
+    skipped), the standard error of log k over the one that resolves it, over 12 draws:
+    the median at most 1.25 and at least two thirds at most 2. The control, a tenth as many
+    functions, leaves the scale open (median ratio above 1.25)."""
     rng = np.random.default_rng(21)
-    sigma = 6 * 1.5 * 0.01
-    pin = np.log(2) / (2 * z_value(0.9))
+    sigma = 2 * 1.5 * 0.01
+    pin = resolving_se()
     ratios, control = [], []
     for _ in range(12):
         std, e = _ar1_errors(rng, 100)

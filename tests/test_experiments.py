@@ -212,5 +212,5 @@ def test_calibration_table_says_how_many_held_out_functions_would_pin_the_scale(
     rows = calibration_rows(records)
     assert rows[0]["functions_needed"] == 800 and np.isnan(rows[1]["functions_needed"])
     table = calibration_markdown(rows, [])
-    assert "| to pin k |" in table
+    assert "| to resolve k |" in table
     assert "| 1.2 (0.7–2) | 800 | 0 |" in table and "| 1.2 (0.7–2) | – | 0 |" in table

@@ -208,14 +208,15 @@ def calibration_markdown(cal: list[dict], swaps: list[dict]) -> str:
                   "over seeds; a wide interval means the noise hides the error and no "
                   "calibration from those functions can correct the band; a range alone: "
                   "the scales their coverages admit, from runs calibrated before the "
-                  "likelihood); *to pin k*: roughly how many held-out functions would pin "
-                  "that scale down to a factor of 2 where these could not (median over those "
-                  "seeds); *shape*: seeds where no single scale covers every level, or "
+                  "likelihood); *to resolve k*: roughly how many held-out functions would "
+                  "pin that scale down closely enough (90% interval within ±6.8%) to hold the "
+                  "solution band within 3 points of each level, where these could not (median "
+                  "over those seeds); *shape*: seeds where no single scale covers every level, or "
                   "where the held-out error does not follow the band's spread from point to "
                   "point (the band is then fitted level by level).", ""]
         head = ["scenario", "method", *(f"raw {v}" for v in CAL_LEVELS),
                 *(f"cal. {v}" for v in CAL_LEVELS), *(f"function {v}" for v in CAL_LEVELS),
-                "held-out k", "to pin k", "shape"]
+                "held-out k", "to resolve k", "shape"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in cal:
             cells = [f"{r[f'{k}_{v}']:.1f}" for k in ("raw", "cal", "func") for v in CAL_LEVELS]

@@ -10,7 +10,7 @@ import numpy as np
 from ..metrics import NOMINAL_LEVELS
 from .conformal import CONFORMAL_CONFIDENCE, _bonferroni
 from .levels import check_level, predictive_quantile, z_value
-from .scales import _pinning_se, pins_down, spread_off
+from .scales import resolves, resolving_factor, resolving_se, spread_off
 
 
 @dataclass(frozen=True)
@@ -61,33 +61,31 @@ class Calibration:
 
     @property
     def resolved(self) -> bool | None:
-        """Whether the held-out functions pin the band's scale down to a factor of 2 (the
-        likelihood's 90% interval, or for runs calibrated before it, the range of scales
-        their coverage admits; None: not checked). Where they do not, the noise hides the
-        error and the band rests on the sampler: no calibration from such functions can
-        correct it."""
+        """Whether the held-out functions resolve the band's scale: pin it down so closely
+        (the likelihood's 90% interval, or for runs calibrated before it, the range of scales
+        their coverage admits) that the solution band's coverage is within CLAIM_POINTS of
+        its level anywhere in that range (:func:`~.scales.resolves`); None: not checked.
+        Where they do not, the band's coverage rests on the sampler as much as on them."""
         if self.consistent is None:
             return None
         if len(self.consistent) != 2 or self.spread_off:  # no single scale fits: the shape is off
             return False
         if self.likelihood is not None:
-            return pins_down(self.likelihood[1])
-        return self.consistent[1] <= 2 * self.consistent[0]
+            return resolves(self.likelihood[1])
+        return self.consistent[1] <= resolving_factor() ** 2 * self.consistent[0]
 
     @property
     def functions_needed(self) -> int | None:
-        """Roughly how many held-out functions would pin down the scale that these could not:
+        """Roughly how many held-out functions would resolve the scale that these could not:
         the likelihood's standard error of log k shrinks as one over the square root of
         their number (it is clustered by function). The figure rests on that standard
-        error, itself uncertain where the noise hides the error: simulated with σ six times
-        the error (tests), a fresh set of that many pinned k down or came within 1.25 times
-        of it in 79% of draws, and fell short by more than 2x in 12%. None where the scale
-        is pinned down, not checked, or its likelihood flat, and where the shape is off
-        (more functions would not mend it)."""
+        error, itself uncertain (docs/bands.md). None where the scale is resolved, not
+        checked, or its likelihood flat, and where the shape is off (more functions would
+        not mend it)."""
         if (self.likelihood is None or self.resolved is not False or self.spread_off
                 or not self.consistent or not math.isfinite(self.likelihood[1])):
             return None
-        return math.ceil(self.n_functions * (self.likelihood[1] / _pinning_se()) ** 2)
+        return math.ceil(self.n_functions * (self.likelihood[1] / resolving_se()) ** 2)
 
     @classmethod
     def from_dict(cls, d: dict | None) -> Calibration:

@@ -55,7 +55,7 @@ def fit_calibration(mean, std, s_noisy, noise_std: float, levels=NOMINAL_LEVELS,
 
     * a trusted band (several chains, the linear baseline): one k for every level, the
       likelihood's (:func:`scale_likelihood`) where its 90% interval spans at most a factor
-      of 2 (``resolved``); else k = 1. Where no single scale covers the held-out functions
+      of 2 (:func:`pins_down`); else k = 1. Where no single scale covers the held-out functions
       at every level (:func:`consistent_scales`), the median of the per-level roots, each
       kept at 1 where 1 is not rejected at that level.
     * a trusted band whose held-out error does not follow its spread from point to point

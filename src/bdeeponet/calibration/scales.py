@@ -21,15 +21,35 @@ SCALE_GRID = np.geomspace(1e-2, 1e2, 401)  # scales searched by consistent_scale
 SPREAD_Z = 2.5  # spread_check's z above which the error does not follow the band's spread
 
 
+# the solution band's claim: coverage within CLAIM_POINTS of each of CLAIM_LEVELS
+CLAIM_POINTS, CLAIM_LEVELS = 0.03, (0.5, 0.8, 0.9, 0.95)
+
+
 def pins_down(se: float) -> bool:
-    """Whether a standard error ``se`` of log k pins the band's scale down: its interval at
-    CONFORMAL_CONFIDENCE (90%) spans at most a factor of 2."""
-    return se <= _pinning_se()
+    """Whether a standard error ``se`` of log k pins the band's scale down well enough to
+    use: its interval at CONFORMAL_CONFIDENCE (90%) spans at most a factor of 2."""
+    return se <= math.log(2) / (2 * z_value(CONFORMAL_CONFIDENCE))
 
 
-def _pinning_se() -> float:
-    """The largest standard error of log k that :func:`pins_down` accepts (0.21)."""
-    return math.log(2) / (2 * z_value(CONFORMAL_CONFIDENCE))
+def resolves(se: float) -> bool:
+    """Whether a standard error ``se`` of log k resolves the band's scale: anywhere in its
+    interval at CONFORMAL_CONFIDENCE (90%), k̂ ×/÷ exp(z se), a Gaussian band's coverage
+    is within CLAIM_POINTS of each level in CLAIM_LEVELS (a stricter test than
+    :func:`pins_down`)."""
+    return se <= resolving_se()
+
+
+@functools.cache
+def resolving_factor() -> float:
+    """The largest factor f by which k may be off while a Gaussian band at each level p of
+    CLAIM_LEVELS still covers within CLAIM_POINTS of p (1.068, set by 80%)."""
+    return min(min(z_value(p + CLAIM_POINTS) / z_value(p), z_value(p) / z_value(p - CLAIM_POINTS))
+               for p in CLAIM_LEVELS)
+
+
+def resolving_se() -> float:
+    """The largest standard error of log k that :func:`resolves` accepts (0.040)."""
+    return math.log(resolving_factor()) / z_value(CONFORMAL_CONFIDENCE)
 
 
 def spread_check(residual, std, y, groups: int = 3, lags: int = 3) -> float | None:
