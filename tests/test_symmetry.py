@@ -1,6 +1,7 @@
-"""``--symmetry square``: the 8 permutations are the square's rotations and reflections,
-2-D Darcy flow commutes with them, each minibatch function is seen turned by a uniformly
-drawn one (the same for its input and its output), and what cannot be turned is refused."""
+"""``--symmetry``: the permutations are the square's 8 rotations and reflections, or a
+periodic grid's cyclic shifts; 2-D Darcy flow and periodic Burgers commute with them; each
+minibatch function is seen moved by a uniformly drawn element (the same for its input and
+its output); and what the group cannot act on is refused."""
 
 import numpy as np
 import pytest
@@ -9,8 +10,8 @@ from scipy import stats
 from test_cli import assert_error, cli
 
 from bdeeponet import TrainConfig, generate, get_problem
-from bdeeponet.data import square_symmetries
-from bdeeponet.problems import Darcy2D
+from bdeeponet.data import cyclic_shifts, square_symmetries
+from bdeeponet.problems import Burgers, Darcy2D
 from bdeeponet.train import _Loop, _run_epoch, setup, symmetry_maps
 
 torch.set_num_threads(1)
@@ -61,6 +62,31 @@ def test_darcy2d_commutes_with_the_square():
         np.testing.assert_allclose(solve(a[:, row]), s[:, row], rtol=0, atol=1e-12 * np.abs(s).max())
 
 
+def test_cyclic_shifts_move_a_periodic_grid():
+    x = np.arange(8)[:, None] / 8
+    perm = cyclic_shifts(x, 1.0)
+    assert perm.shape == (8, 8)
+    f = np.sin(2 * np.pi * x[:, 0])[None]
+    for g in range(8):  # f moved by g steps is f(x + g h)
+        np.testing.assert_allclose(f[:, perm[g]], np.sin(2 * np.pi * (x[:, 0] + g / 8))[None],
+                                   atol=1e-12)
+    assert cyclic_shifts(x, 2.0) is None  # the points do not span the period
+    assert cyclic_shifts(x, None) is None  # not declared periodic
+    assert cyclic_shifts(np.linspace(0, 1, 8)[:, None], 1.0) is None  # both ends: 7 steps span 1
+    assert cyclic_shifts(grid(3), 1.0) is None  # 2-D
+
+
+def test_periodic_burgers_commutes_with_shifts():
+    """Solving a shifted initial condition gives the shifted solution, to rounding."""
+    problem = Burgers(n_points=32, solve_points=256, steps=100)
+    u = problem.at_sensors(problem.sample_inputs(2, np.random.default_rng(0)))
+    perm = cyclic_shifts(problem.sensor_points(), 1.0)
+    s = problem.solve(u)
+    for g in (1, 5, 31):
+        np.testing.assert_allclose(problem.solve(u[:, perm[g]]), s[:, perm[g]], rtol=0,
+                                   atol=1e-10 * np.abs(s).max())
+
+
 @pytest.fixture(scope="module")
 def darcy9():
     return generate(get_problem("darcy2d", n_points=9), 0.01, np.random.default_rng(0),
@@ -78,23 +104,30 @@ class Recorder:
         return {"energy": 0.0}
 
 
-@pytest.mark.parametrize("chains", [None, 3])
-def test_each_function_is_turned_by_a_uniform_random_element(darcy9, chains):
+@pytest.fixture(scope="module")
+def burgers16():
+    return generate(get_problem("burgers", n_points=16, solve_points=128, steps=50), 0.01,
+                    np.random.default_rng(0), n_train=40, n_test=4, relative=True)
+
+
+@pytest.mark.parametrize("symmetry, chains", [("square", None), ("square", 3), ("shift", None)])
+def test_each_function_is_moved_by_a_uniform_random_element(darcy9, burgers16, symmetry, chains):
+    data = darcy9 if symmetry == "square" else burgers16
     config = TrainConfig(branch="conv", trunk="pod", latent=8, method="resgld",
-                         symmetry="square", batch_size=8, chains=chains)
-    run = setup(darcy9, config, 0.01)
+                         symmetry=symmetry, batch_size=8, chains=chains)
+    run = setup(data, config, 0.01)
     perm_u, perm_s = (p.numpy() for p in run.turns)
     u, s = run.u.numpy(), run.s.numpy()
     recorder, loop = Recorder(), _Loop(None, run.generator.get_state())
     for _ in range(20):
         _run_epoch(loop, recorder, None, (run.u, run.s), run.generator, config,
                    run.chains, run.turns)
-    counts = np.zeros(8, dtype=int)
+    counts = np.zeros(len(perm_u), dtype=int)
     for (ub, sb), index in recorder.batches:
         ub, sb, index = (t.numpy().reshape(-1, t.shape[-1]) for t in (ub, sb, index[..., None]))
         for x, y, i in zip(ub, sb, index[:, 0], strict=True):
             # the noisy targets are generic fields: exactly one element gives each
-            g = [k for k in range(8) if np.array_equal(y, s[i, perm_s[k]])]
+            g = [k for k in range(len(perm_s)) if np.array_equal(y, s[i, perm_s[k]])]
             assert len(g) == 1
             np.testing.assert_array_equal(x, u[i, perm_u[g[0]]])  # its input by the same
             counts[g[0]] += 1
@@ -114,6 +147,10 @@ def test_what_cannot_be_turned_is_refused(darcy9, capsys, tmp_path):
                     n_test=2)
     with pytest.raises(ValueError, match="square"):
         symmetry_maps(TrainConfig(symmetry="square"), line)
+    with pytest.raises(ValueError, match="periodic"):  # a line, but not declared periodic
+        symmetry_maps(TrainConfig(symmetry="shift"), line)
+    with pytest.raises(ValueError, match="periodic"):
+        symmetry_maps(TrainConfig(symmetry="shift"), darcy9)
     path = tmp_path / "line.npz"
     line.save(path)
     assert_error(cli(capsys, "train", path, "--out", tmp_path / "r", "--symmetry", "square"),

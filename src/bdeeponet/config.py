@@ -14,7 +14,7 @@ from .samplers.sgld import METRICS
 
 BRANCHES = ("mlp", "conv")
 TRUNKS = ("mlp", "pod")
-SYMMETRIES = ("none", "square")
+SYMMETRIES = ("none", "square", "shift")
 
 
 def _opt(default, help: str, **extra):
@@ -56,9 +56,10 @@ class TrainConfig:
     fisher_samples: int = _opt(16, "kfac: Monte Carlo draws for the metric")
     cuda_graph: bool = _opt(True, "sgld with kfac on a CUDA device: replay the sampling step "
                             "from a CUDA graph (the same draws, a fraction of the launches)")
-    symmetry: str = _opt("none", "square: the operator commutes with the square's rotations "
-                         "and reflections (inputs and outputs on square grids); each "
-                         "minibatch function is seen turned by a random one of the 8",
+    symmetry: str = _opt("none", "a group the operator commutes with; each minibatch "
+                         "function is seen moved by a random element of it. square: the "
+                         "square's 8 rotations and reflections (inputs and outputs on "
+                         "square grids); shift: the cyclic shifts of a periodic 1-D grid",
                          choices=SYMMETRIES)
     standardise: bool = _opt(True, "scale inputs and outputs by their training mean and sd")
     branch_pca: int | None = _opt(None, "principal components of the training inputs that the "

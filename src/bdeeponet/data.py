@@ -139,6 +139,20 @@ def square_symmetries(points: np.ndarray | None) -> np.ndarray | None:
     return np.stack([g.reshape(-1) for g in turns + [t.T for t in turns]])
 
 
+def cyclic_shifts(points: np.ndarray | None, period: float | None) -> np.ndarray | None:
+    """The n cyclic shifts of a periodic 1-D grid as permutations of its points (n, n):
+    row g is ``(i + g) mod n``, so that ``f[:, perm[g]]`` is the field ``f`` moved by g grid
+    steps (row 0 the identity). None unless ``points`` (n, 1) are equispaced in increasing
+    order and n steps span ``period``."""
+    if period is None or sensor_grid(points) is None or points.shape[1] != 1:
+        return None
+    x = points[:, 0]
+    n, step = len(x), float(np.mean(np.diff(x)))
+    if step <= 0 or not np.isclose(n * step, period, rtol=1e-6, atol=0):
+        return None
+    return (np.arange(n)[None] + np.arange(n)[:, None]) % n
+
+
 _REQUIRED = {"u_train": 2, "s_train": 2, "u_test": 2, "s_test": 2, "y": 2}
 _OPTIONAL = {"sensors": 2, "s_train_clean": 2}
 

@@ -24,7 +24,7 @@ from torch.func import functional_call
 from . import checkpoint
 from .calibration import fit_calibration
 from .config import TrainConfig
-from .data import OperatorData, sensor_grid, square_symmetries
+from .data import OperatorData, cyclic_shifts, sensor_grid, square_symmetries
 from .device import resolve_device
 from .encoder import PCAEncoder, TrunkModes, fit_modes, fit_pca
 from .energy import GaussianEnergy, fan_in_prior
@@ -88,21 +88,33 @@ def branch_grid(config: TrainConfig, data: OperatorData) -> tuple[int, ...]:
 
 def symmetry_maps(config: TrainConfig, data: OperatorData,
                   encoder: PCAEncoder | None = None) -> tuple[np.ndarray, np.ndarray] | None:
-    """The permutations (8, m) of the sensors and (8, P) of the query points that turn a
-    training function by each element of ``config.symmetry`` (see
-    :func:`~bdeeponet.data.square_symmetries`); None without one. ValueError when the
-    sensors or the query points are not a square grid, or the branch reads principal
-    components (a turned input has other ones)."""
+    """The permutations (G, m) of the sensors and (G, P) of the query points that move a
+    training function by each of the G elements of ``config.symmetry`` (see
+    :func:`~bdeeponet.data.square_symmetries` and :func:`~bdeeponet.data.cyclic_shifts`);
+    None without one. ValueError when the sensors or the query points are not a grid the
+    group acts on, or the branch reads principal components (a moved input has other
+    ones)."""
     if config.symmetry == "none":
         return None
     if encoder is not None:
-        raise ValueError("--symmetry turns the raw inputs, and this branch reads their "
-                         "principal components: use --branch conv or --branch-pca 0")
-    maps = square_symmetries(data.sensors), square_symmetries(data.y)
+        raise ValueError(f"--symmetry {config.symmetry} moves the raw inputs, and this branch "
+                         "reads their principal components: use --branch conv or "
+                         "--branch-pca 0")
+    if config.symmetry == "square":
+        maps = square_symmetries(data.sensors), square_symmetries(data.y)
+        grid = "an equispaced n x n grid spanning a square, in row-major order"
+    else:
+        period = dict(data.periodic).get(0) if data.y.shape[1] == 1 else None
+        maps = cyclic_shifts(data.sensors, period), cyclic_shifts(data.y, period)
+        grid = ("an equispaced 1-D grid whose points span one period of a coordinate the "
+                "data declare periodic (meta 'periodic')")
     for what, perm in zip(("sensors", "query points"), maps, strict=True):
         if perm is None:
-            raise ValueError(f"--symmetry square needs the {what} on an equispaced n x n "
-                             "grid spanning a square, in row-major order")
+            raise ValueError(f"--symmetry {config.symmetry} needs the {what} on {grid}")
+    if len(maps[0]) != len(maps[1]):
+        raise ValueError(f"--symmetry {config.symmetry} needs the sensors and the query "
+                         f"points on grids of one size ({len(maps[0])} and {len(maps[1])} "
+                         "shifts)")
     return maps
 
 
