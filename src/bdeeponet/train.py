@@ -392,7 +392,7 @@ def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfi
             batch = u[idx], s[idx]
         else:
             g = torch.randint(len(turns[0]), idx.shape, generator=gen, device=gen.device)
-            batch = u[idx[..., None], turns[0][g]], s[idx[..., None], turns[1][g]]
+            batch = u[idx].gather(-1, turns[0][g]), s[idx].gather(-1, turns[1][g])
         info = sampler.step(loop.state, energy, batch, gen, index=idx)
         seconds += time.perf_counter() - t0
         energies.append(info["energy"])
