@@ -157,7 +157,7 @@ class TrainConfig:
             raise ValueError(f"{self.method} is fitted in closed form: it takes no symmetry")
         if self.symmetry != "none" and self.control_variate:
             raise ValueError("the control variate anchors each training function's gradient, "
-                             "and --symmetry turns the functions: use one or the other")
+                             "and --symmetry moves the functions: use one or the other")
         if self.thin is not None and self.thin < 1:
             raise ValueError(f"thin must be >= 1, got {self.thin}")
 
