@@ -136,8 +136,9 @@ def test_each_function_is_moved_by_a_uniform_random_element(darcy9, burgers16, s
 
 
 def test_what_cannot_be_turned_is_refused(darcy9, capsys, tmp_path):
-    with pytest.raises(ValueError, match="closed form"):
-        TrainConfig(method="linear", symmetry="square")
+    for flag in ({"symmetry": "square"}, {"branch": "conv"}, {"trunk": "pod"}):
+        with pytest.raises(ValueError, match="closed form"):  # the linear baseline has no network
+            TrainConfig(method="linear", **flag)
     with pytest.raises(ValueError, match="control variate"):
         TrainConfig(control_variate=True, symmetry="square")
     with pytest.raises(ValueError, match="principal components"):

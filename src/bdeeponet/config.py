@@ -153,8 +153,11 @@ class TrainConfig:
         if self.symmetry not in SYMMETRIES:
             raise ValueError(f"unknown symmetry '{self.symmetry}'; choose one of: "
                              f"{', '.join(SYMMETRIES)}")
-        if self.symmetry != "none" and not kind.network:
-            raise ValueError(f"{self.method} is fitted in closed form: it takes no symmetry")
+        if not kind.network:  # a closed-form fit from the sensors: no network to shape
+            for name, default in (("symmetry", "none"), ("branch", "mlp"), ("trunk", "mlp")):
+                if getattr(self, name) != default:
+                    raise ValueError(f"{self.method} is fitted in closed form from the "
+                                     f"sensors: it takes no {name}")
         if self.symmetry != "none" and self.control_variate:
             raise ValueError("the control variate anchors each training function's gradient, "
                              "and --symmetry moves the functions: use one or the other")
