@@ -37,13 +37,27 @@ def _train_cmd(path, out, method, *extra):
     return args + list(extra)
 
 
+@pytest.fixture(scope="module")
+def periodic_path(tmp_path_factory):
+    """A small periodic Burgers file, for a run that moves its functions (--symmetry shift)."""
+    data = generate(get_problem("burgers", n_points=16, solve_points=128, steps=50), 0.01,
+                    np.random.default_rng(0), n_train=40, n_test=10, relative=True)
+    path = tmp_path_factory.mktemp("data") / "burgers.npz"
+    data.save(path)
+    return path
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["mresgld", "adam"])
-def test_killed_run_resumes_to_the_same_result(small_data, tmp_path, method):
-    _, path = small_data
+@pytest.mark.parametrize("method, extra", [
+    ("mresgld", ()), ("adam", ()),
+    # the random group elements come from the run's generator, saved with the checkpoint
+    ("resgld", ("--branch", "conv", "--trunk", "pod", "--symmetry", "shift"))])
+def test_killed_run_resumes_to_the_same_result(small_data, periodic_path, tmp_path, method,
+                                               extra):
+    path = periodic_path if extra else small_data[1]
     full, cut = tmp_path / "full", tmp_path / "cut"
-    subprocess.run(_train_cmd(path, full, method), check=True, capture_output=True)
-    proc = subprocess.Popen(_train_cmd(path, cut, method), stdout=subprocess.DEVNULL,
+    subprocess.run(_train_cmd(path, full, method, *extra), check=True, capture_output=True)
+    proc = subprocess.Popen(_train_cmd(path, cut, method, *extra), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 60
     while not (cut / "checkpoint.pt").exists() and time.time() < deadline:
@@ -56,7 +70,8 @@ def test_killed_run_resumes_to_the_same_result(small_data, tmp_path, method):
     assert 0 < loop["epoch"] < SMALL["epochs"]
     loop["history"][0]["energy"] = -123.0
     checkpoint.save(cut / "checkpoint.pt", loop)
-    subprocess.run(_train_cmd(path, cut, method, "--resume"), check=True, capture_output=True)
+    subprocess.run(_train_cmd(path, cut, method, *extra, "--resume"), check=True,
+                   capture_output=True)
     assert (cut / "history.csv").read_text().splitlines()[1].split(",")[5] == "-123.0"
     a = torch.load(full / "posterior.pt", weights_only=True)["samples"]
     b = torch.load(cut / "posterior.pt", weights_only=True)["samples"]
