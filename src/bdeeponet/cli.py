@@ -381,14 +381,10 @@ def scale_pinned(check: dict) -> bool:
     """Whether the held-out functions pin the raw band's scale down to a factor of 2
     and one scale fits its shape (``metrics["calibration_check"]``;
     :func:`bdeeponet.calibration.pins_down`): a weaker test than ``resolved``."""
-    from .calibration import pins_down, spread_off
+    from .calibration.scales import pinning_se, scale_settled
 
-    k = check["consistent"]
-    if len(k) != 2 or spread_off(check.get("spread_z")):  # the shape is off: nothing pinned
-        return False
-    if check.get("scale_se") is not None:
-        return pins_down(check["scale_se"])
-    return k[1] <= 2 * k[0]
+    return bool(scale_settled(check["consistent"], check.get("spread_z"), check.get("scale_se"),
+                              pinning_se()))
 
 
 def check_message(check: dict) -> str:

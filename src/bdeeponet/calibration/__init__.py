@@ -15,7 +15,6 @@ from .scales import (
     consistent_scales,
     moment_scale,
     pins_down,
-    resolves,
     scale_likelihood,
     spread_check,
     spread_off,
@@ -25,6 +24,6 @@ __all__ = [
     "CONFORMAL_CONFIDENCE", "MIN_CHECK", "SCALE_GRID", "SPREAD_Z", "UNDER_COVER", "Calibration",
     "bands", "check_level", "conformal_rank", "consistent_scales", "coverage_table",
     "fit_calibration", "moment_scale", "observed_trajectories", "pins_down",
-    "predictive_quantile", "resolves", "scale_likelihood", "spread_check", "spread_off", "tail_quantile",
+    "predictive_quantile", "scale_likelihood", "spread_check", "spread_off", "tail_quantile",
     "z_value",
 ]

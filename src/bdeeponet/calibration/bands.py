@@ -10,7 +10,7 @@ import numpy as np
 from ..metrics import NOMINAL_LEVELS
 from .conformal import CONFORMAL_CONFIDENCE, _bonferroni
 from .levels import check_level, predictive_quantile, z_value
-from .scales import resolves, resolving_factor, resolving_se, spread_off
+from .scales import resolving_se, scale_settled, spread_off
 
 
 @dataclass(frozen=True)
@@ -64,15 +64,12 @@ class Calibration:
         """Whether the held-out functions resolve the band's scale: pin it down so closely
         (the likelihood's 90% interval, or for runs calibrated before it, the range of scales
         their coverage admits) that the solution band's coverage is within CLAIM_POINTS of
-        its level anywhere in that range (:func:`~.scales.resolves`); None: not checked.
+        its level anywhere in that range (:func:`~.scales.scale_settled` at
+        :func:`~.scales.resolving_se`); None: not checked.
         Where they do not, the band's coverage rests on the sampler as much as on them."""
-        if self.consistent is None:
-            return None
-        if len(self.consistent) != 2 or self.spread_off:  # no single scale fits: the shape is off
-            return False
-        if self.likelihood is not None:
-            return resolves(self.likelihood[1])
-        return self.consistent[1] <= resolving_factor() ** 2 * self.consistent[0]
+        return scale_settled(self.consistent, self.spread_z,
+                             None if self.likelihood is None else self.likelihood[1],
+                             resolving_se())
 
     @property
     def functions_needed(self) -> int | None:

@@ -28,15 +28,29 @@ CLAIM_POINTS, CLAIM_LEVELS = 0.03, (0.5, 0.8, 0.9, 0.95)
 def pins_down(se: float) -> bool:
     """Whether a standard error ``se`` of log k pins the band's scale down well enough to
     use: its interval at CONFORMAL_CONFIDENCE (90%) spans at most a factor of 2."""
-    return se <= math.log(2) / (2 * z_value(CONFORMAL_CONFIDENCE))
+    return se <= pinning_se()
 
 
-def resolves(se: float) -> bool:
-    """Whether a standard error ``se`` of log k resolves the band's scale: anywhere in its
-    interval at CONFORMAL_CONFIDENCE (90%), k̂ ×/÷ exp(z se), a Gaussian band's coverage
-    is within CLAIM_POINTS of each level in CLAIM_LEVELS (a stricter test than
-    :func:`pins_down`)."""
-    return se <= resolving_se()
+def pinning_se() -> float:
+    """The largest standard error of log k that :func:`pins_down` accepts (0.21)."""
+    return math.log(2) / (2 * z_value(CONFORMAL_CONFIDENCE))
+
+
+def scale_settled(consistent, spread_z, se: float | None, max_se: float) -> bool | None:
+    """Whether held-out functions settle a band's scale to a standard error of log k of at
+    most ``max_se`` (:func:`pinning_se` or :func:`resolving_se`): None where not checked
+    (``consistent`` None); False where no single scale fits the held-out functions
+    (``consistent`` empty) or their error does not follow the band's spread (``spread_z``);
+    else by the likelihood's ``se``, or for runs calibrated before it, by the range of
+    scales their coverage admits, at most the interval ``max_se`` gives (a factor
+    ``exp(2 z max_se)``)."""
+    if consistent is None:
+        return None
+    if len(consistent) != 2 or spread_off(spread_z):  # the shape is off: nothing settled
+        return False
+    if se is not None:
+        return se <= max_se
+    return consistent[1] <= math.exp(2 * z_value(CONFORMAL_CONFIDENCE) * max_se) * consistent[0]
 
 
 @functools.cache
@@ -48,7 +62,9 @@ def resolving_factor() -> float:
 
 
 def resolving_se() -> float:
-    """The largest standard error of log k that :func:`resolves` accepts (0.040)."""
+    """The largest standard error of log k whose 90% interval, k̂ ×/÷ exp(z se), keeps a
+    Gaussian band's coverage within CLAIM_POINTS of each level in CLAIM_LEVELS anywhere
+    in it: the scale is then resolved (``Calibration.resolved``; 0.040)."""
     return math.log(resolving_factor()) / z_value(CONFORMAL_CONFIDENCE)
 
 
