@@ -461,7 +461,14 @@ class DeepONet(nn.Module):
         """The parameter names of each net, ``{"branch": ..., "trunk": ...}`` (the output
         bias belongs to neither)."""
         self._plan()
-        return self._net_names
+        return {net: frozenset(names) for net, names in self._net_names.items()}
+
+    def split_net(self, names) -> str | None:
+        """The first net of which ``names`` take some tensors but not all; None where each
+        net is taken whole or not at all."""
+        some = set(names)
+        return next((net for net, members in self.net_parameters().items()
+                     if members & some and not members <= some), None)
 
     def _partial_rows(self, params, partial) -> dict[str, int]:
         """``{net or "bias": r}`` for the nets (and the output bias) whose tensors are all in
@@ -472,9 +479,9 @@ class DeepONet(nn.Module):
         some, r = set(partial[0]), partial[1]
         if params["bias"].dim() == 0:
             raise ValueError("partial gradients need the parameters of several chains")
-        for net, members in self.net_parameters().items():
-            if members & some and not members <= some:
-                raise ValueError(f"partial gradients must take the whole {net} net or none of it")
+        split = self.split_net(some)
+        if split is not None:
+            raise ValueError(f"partial gradients must take the whole {split} net or none of it")
         out = {net: r for net in ("branch", "trunk") if any(n.startswith(net + ".") for n in some)}
         if "bias" in some:
             out["bias"] = r
@@ -498,7 +505,7 @@ class DeepONet(nn.Module):
         plan = self._plan()
         b_tape = [] if "branch" in need else None
         b = self._run(plan["branch"], params, self.branch_input(u), b_tape)
-        trunk = {n: params[n] for n in self._trunk_names}
+        trunk = {n: params[n] for n in self._net_names["trunk"]}
         if trunk_rows is not None:
             t_tape = []
             first = self._run(plan["trunk"], {n: p[:trunk_rows] for n, p in trunk.items()},
@@ -566,13 +573,10 @@ class DeepONet(nn.Module):
                         steps.append(("act", act, mod.forward))
                 plan[net] = steps
             self.__dict__["_plan_cache"] = plan
-            self.__dict__["_net_names"] = {
-                net: frozenset(n for kind, w, b in steps if kind == "linear" for n in (w, b))
+            self.__dict__["_net_names"] = {  # in the order of the net's steps
+                net: tuple(n for kind, w, b in steps if kind == "linear" for n in (w, b))
                 for net, steps in plan.items()
             }
-            self.__dict__["_trunk_names"] = [
-                n for kind, w, b in plan["trunk"] if kind == "linear" for n in (w, b)
-            ]
             # the backward walk stops at each net's first linear layer (nothing before it
             # has parameters: a conv branch's first patches); a fixed trunk has none
             self.__dict__["_first_linear"] = {

@@ -204,17 +204,16 @@ def energy_and_grads(
 def skips_partial_backward(energy, names: list[str]) -> bool:
     """Whether :func:`energy_and_grads` can take ``partial = (names, r)``: skip the backward
     pass of ``names`` on all but the first r chains. Only the DeepONet's hand-written
-    gradient can, and only for whole nets (``DeepONet.net_parameters``). Kept per model and
+    gradient can, and only for whole nets (``DeepONet.split_net``). Kept per model and
     set of names: m-reSGLD asks it every step."""
     model = getattr(energy, "model", None)
     if (getattr(type(energy), "value_and_grad", None) is not GaussianEnergy.value_and_grad
-            or not hasattr(model, "net_parameters")):
+            or not hasattr(model, "split_net")):
         return False
     known = _WHOLE_NETS.setdefault(model, {})
     some = frozenset(names)
     if some not in known:
-        known[some] = all(not (members & some) or members <= some
-                          for members in model.net_parameters().values())
+        known[some] = model.split_net(some) is None
     return known[some]
 
 
