@@ -61,8 +61,14 @@ def test_the_command_line_loop(tmp_path):
     assert main(["acquire", str(run), str(pool), "--n", "6", "--out", str(picked)]) == 0
     with np.load(picked) as z:
         assert z["u"].shape == (6, 100) and len(set(z["index"])) == 6
-        assert np.all(np.diff(z["score"]) <= 1e-12) and json.loads(str(z["meta"]))["n"] == 6
+        assert np.all(z["score"] > 0) and json.loads(str(z["meta"]))["n"] == 6
         np.testing.assert_array_equal(z["u"], np.load(pool)["u"][z["index"]])
+    own = tmp_path / "own.npz"  # by each pick's own variance left: it can only fall
+    assert main(["acquire", str(run), str(pool), "--n", "6", "--criterion", "variance",
+                 "--out", str(own)]) == 0
+    with np.load(own) as z:
+        assert np.all(np.diff(z["score"]) <= 1e-12)
+        assert json.loads(str(z["meta"]))["criterion"] == "variance"
     assert main(["generate", "darcy", "--inputs", str(picked), "--merge-into", str(data),
                  "--out", str(merged)]) == 0
     before, after = load(data), load(merged)
@@ -72,6 +78,39 @@ def test_the_command_line_loop(tmp_path):
                  *tiny]) == 0
     for argv in (["acquire", str(run), str(pool), "--n", "0", "--out", str(tmp_path / "x.npz")],
                  ["acquire", str(run), str(pool), "--n", "31", "--out", str(tmp_path / "x.npz")],
-                 ["acquire", str(run), str(data), "--n", "2", "--out", str(tmp_path / "x.npz")]):
+                 ["acquire", str(run), str(data), "--n", "2", "--out", str(tmp_path / "x.npz")],
+                 ["acquire", str(run), str(pool), "--n", "2", "--criterion", "entropy",
+                  "--out", str(tmp_path / "x.npz")]):
         assert main(argv) == 2
     assert not (tmp_path / "x.npz").exists()
+
+
+def test_variance_reduction_picks_against_the_explicit_matrix():
+    """Each pick maximises sum_j K_ji^2 / K_ii over the covariance K left given the earlier
+    picks (K - K_S K_SS^-1 K_S^T, formed explicitly here), and its score is that value."""
+    from bdeeponet.acquire import greedy_variance_reduction
+
+    f = np.random.default_rng(1).standard_normal((50, 14))
+    picks, scores = greedy_variance_reduction(f, 7, block=16)  # blocks smaller than the pool
+    k = f @ f.T
+    for t, i in enumerate(picks):
+        s = list(picks[:t])
+        left = k - (k[:, s] @ np.linalg.solve(k[np.ix_(s, s)], k[s]) if s else 0)
+        gain = (left**2).sum(0) / np.diag(left)
+        assert scores[t] == pytest.approx(gain[i], rel=1e-8)
+        others = np.setdiff1d(np.arange(50), s)
+        assert gain[i] >= gain[others].max() * (1 - 1e-9)
+
+
+def test_variance_reduction_prefers_the_representative_candidate():
+    """A cluster of ten similar candidates and one isolated candidate of larger variance:
+    the largest variance is the outlier, the largest reduction of the pool's variance is in
+    the cluster."""
+    from bdeeponet.acquire import greedy_variance_reduction
+
+    rng = np.random.default_rng(2)
+    cluster = np.array([1.0, 0.0, 0.0]) + 0.05 * rng.standard_normal((10, 3))
+    f = np.vstack([cluster, [0.0, 0.0, 1.5]])
+    assert int(np.argmax(np.einsum("ij,ij->i", f, f))) == 10
+    picks, _ = greedy_variance_reduction(f, 1)
+    assert picks[0] < 10

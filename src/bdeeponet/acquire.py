@@ -4,12 +4,20 @@ sure of, picked as a batch that does not repeat itself.
 Each candidate i is represented by its M posterior draws at the query points, centred:
 ``F_i`` (M, P'), P' at most ``MAX_POINTS`` evenly spread query points. Their covariance
 across candidates, ``K_ii' = <F_i, F_i'> / M`` (the trace of the cross-covariance of two
-predictions), is the posterior's joint uncertainty. The picks are made greedily by the
-largest variance left after conditioning on the picks so far (a pivoted Cholesky
-factorisation of K, the greedy maximiser of the picks' joint log-determinant): a second
-near-duplicate of a pick has almost nothing left to explain and is not taken. M draws span
-a space of limited rank; once the picks exhaust it, the rest are taken by their own
-variance (their score is then 0).
+predictions), is the posterior's joint uncertainty. Picks are greedy, and each conditions K
+on itself (K <- K - K_:i K_i: / K_ii, as if its solution were then known), so a second
+near-duplicate of a pick has almost nothing left and is not taken. Two criteria:
+
+* ``reduction`` (default): the pick that removes the most variance from the whole pool,
+  ``sum_j K_ji² / K_ii``: a candidate whose uncertainty is shared by many others, a
+  representative of what is not yet learnt;
+* ``variance``: the pick with the largest variance of its own, ``K_ii`` (a pivoted
+  Cholesky factorisation of K, the greedy maximiser of the picks' joint log-determinant),
+  which favours the pool's outliers.
+
+docs/results/acquisition/ holds the learning curves behind the default. M draws span a space
+of limited rank; once the picks exhaust it, the rest are taken by their own variance
+(their score is then 0).
 """
 
 from __future__ import annotations
@@ -22,10 +30,12 @@ from .run import Run, as_run
 MAX_POINTS = 256
 
 
-def acquire(run: Run, u_pool, k: int, y=None) -> tuple[np.ndarray, np.ndarray]:
+def acquire(run: Run, u_pool, k: int, y=None, criterion: str = "reduction"
+            ) -> tuple[np.ndarray, np.ndarray]:
     """``(indices (k,), scores (k,))``: the k picks of ``u_pool`` (n, m) in the order they
-    were taken and the predictive variance each had left when taken (summed over the points
-    scored). ``y``: the query points (default: the run's training ones)."""
+    were taken and each one's score when taken (summed over the points scored): the pool's
+    variance it removed (``criterion="reduction"``) or its own variance left
+    (``"variance"``). ``y``: the query points (default: the run's training ones)."""
     run = as_run(run)
     u = np.asarray(u_pool, dtype=np.float64)
     if u.ndim != 2 or u.shape[1] != run.n_sensors:
@@ -35,8 +45,10 @@ def acquire(run: Run, u_pool, k: int, y=None) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError("the pool's 'u' contains NaN or inf")
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= len(u):
         raise ValueError(f"--n must be an integer in [1, {len(u)}] (the pool's size), got {k}")
+    if criterion not in CRITERIA:
+        raise ValueError(f"--criterion must be one of {', '.join(CRITERIA)}, got '{criterion}'")
     features = _centred_draws(run, u, y)  # (n, M * P')
-    return greedy_conditional_variance(features, int(k))
+    return CRITERIA[criterion](features, int(k))
 
 
 def greedy_conditional_variance(features: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -67,6 +79,44 @@ def greedy_conditional_variance(features: np.ndarray, k: int) -> tuple[np.ndarra
     return np.array(picks), np.array(scores)
 
 
+def greedy_variance_reduction(features: np.ndarray, k: int, block: int = 1024
+                              ) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy k picks of the largest reduction of the pool's summed variance: pick i removes
+    ``sum_j K_ji^2 / K_ii`` (K the covariance left given the earlier picks), and K is updated
+    as in ``greedy_conditional_variance``. Matrix-free: ``g = diag(K K)`` is kept up to date
+    by rank-one updates. Scores: the pool variance each pick removed."""
+    n = features.shape[0]
+    left = np.einsum("ij,ij->i", features, features)
+    g = np.empty(n)
+    for a in range(0, n, block):
+        kb = features[a:a + block] @ features.T
+        g[a:a + block] = np.einsum("ij,ij->i", kb, kb)
+    factors = np.zeros((k, n))
+    picks, scores = [], []
+    tol = 1e-12 * left.max()
+    for t in range(k):
+        ratio = np.where(left > tol, g / np.maximum(left, tol), -np.inf)
+        ratio[picks] = -np.inf
+        i = int(np.argmax(ratio))
+        if not np.isfinite(ratio[i]) or ratio[i] <= 0:
+            break
+        picks.append(i)
+        scores.append(float(ratio[i]))
+        col = features @ features[i] - factors[:t].T @ factors[:t, i]
+        f = col / np.sqrt(left[i])
+        kf = features @ (features.T @ f) - factors[:t].T @ (factors[:t] @ f)
+        g = g - 2 * f * kf + f ** 2 * (f @ f)
+        factors[t] = f
+        left = left - f ** 2
+    if len(picks) < k:
+        taken = set(picks)
+        marginal = np.einsum("ij,ij->i", features, features)
+        rest = [j for j in np.argsort(-marginal, kind="stable") if j not in taken]
+        picks += rest[: k - len(picks)]
+        scores += [0.0] * (k - len(scores))
+    return np.array(picks), np.array(scores)
+
+
 def _centred_draws(run: Run, u: np.ndarray, y) -> np.ndarray:
     post = run.posterior
     if not hasattr(post, "trajectories"):
@@ -83,3 +133,6 @@ def _centred_draws(run: Run, u: np.ndarray, y) -> np.ndarray:
     draws = torch.stack([p.double() for p in post.trajectories(ut, yt, run.config.seed)])
     draws = (draws - draws.mean(0)).numpy()  # (M, n, P')
     return draws.transpose(1, 0, 2).reshape(len(u), -1) / np.sqrt(draws.shape[0])
+
+
+CRITERIA = {"reduction": greedy_variance_reduction, "variance": greedy_conditional_variance}

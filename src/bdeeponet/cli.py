@@ -247,6 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="run directory")
     p.add_argument("pool", help=".npz with 'u' (n, m): the candidate inputs")
     p.add_argument("--n", type=int, required=True, help="how many to pick")
+    p.add_argument("--criterion", choices=("reduction", "variance"), default="reduction",
+                   help="reduction: each pick the largest cut in the pool's total predictive "
+                   "variance (default); variance: each pick the largest variance of its own "
+                   "left by the earlier picks")
     p.add_argument("--out", required=True, help="output .npz: u, index (into the pool), score")
     sub.add_parser("problems", help="list the problems: equation, parameters and defaults")
     return parser
@@ -565,12 +569,15 @@ def cmd_acquire(args) -> None:
     if "u" not in arrays:
         raise UsageError(f"{args.pool}: missing key 'u' (candidate inputs, shape (n, m))")
     u = arrays["u"]
-    picks, scores = acquire(run, u, args.n)
-    meta = json.dumps({"pool": args.pool, "run": args.run, "n": args.n})
+    picks, scores = acquire(run, u, args.n, criterion=args.criterion)
+    meta = json.dumps({"pool": args.pool, "run": args.run, "n": args.n,
+                       "criterion": args.criterion})
     atomic_write(args.out, lambda fh: np.savez(fh, u=np.asarray(u)[picks], index=picks,
                                                score=scores, meta=np.asarray(meta)))
+    what = ("the pool's predictive variance each pick removed" if args.criterion == "reduction"
+            else "the predictive variance left at each pick")
     print(f"wrote {args.out}: {len(picks)} of {len(u)} pool inputs ('u', 'index' into the "
-          f"pool, 'score': the predictive variance left at each pick)")
+          f"pool, 'score': {what})")
 
 
 COMMANDS = {"generate": cmd_generate, "acquire": cmd_acquire, "problems": cmd_problems, "import": cmd_import,

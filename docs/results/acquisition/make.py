@@ -5,13 +5,17 @@ A pool of 2000 candidate inputs and a test set of 200, each drawn in equal parts
 GRFs of length scales 0.05, 0.1, 0.2 and 0.4 (where what to simulate next matters). Both
 strategies start from the same 100 random pool functions; then each trains `train` at its
 defaults (m-reSGLD, one chain, one torch thread) and grows to 200, 300, 500 and 800
-functions. Active: the next functions are `acquire`'s picks for the run just trained.
-Random: a random draw from the rest of the pool. A function's solution is computed once
-for the whole pool; its training target gets the problem's noise when picked.
+functions. Active: the next functions are `acquire`'s picks (``--criterion``) for the run
+just trained. Random: a random draw from the rest of the pool. A function's solution is
+computed once for the whole pool; its training target gets the problem's noise when picked.
+``--steps S``: every run trains S minibatch steps instead of 2000 epochs (whose step count
+grows with the training set), so that sizes differ in their data only.
 
-Writes curves.csv, results.md and learning-curves.png beside this file.
+Writes the rows to ``--out`` (CSV); ``summarise(paths)`` makes results.md and
+learning-curves.png beside this file from one or more of them.
 
 Run: python docs/results/acquisition/make.py [--problems darcy pendulum] [--seeds 0 1 2]
+     [--strategies active random] [--criterion reduction] [--steps S] [--out F.csv]
 """
 
 from __future__ import annotations
@@ -41,28 +45,41 @@ def mixture(problem, n_each: int, rng):
     return u[:, :: (x.size - 1) // 99], problem.solve(x, u)
 
 
-def curve(name: str, seed: int, strategy: str, pool, test, y, sd) -> list[dict]:
+def curve(name: str, seed: int, strategy: str, pool, test, y, sd, steps=None,
+          criterion="reduction") -> list[dict]:
+    """One learning curve. ``steps``: each run trains that many minibatch steps (epochs =
+    steps / batches per epoch) instead of ``train``'s default 2000 epochs, whose step count
+    grows with the training set."""
     rng = np.random.default_rng([seed, 7])
     u_pool, s_pool = pool
     noisy = s_pool + sd * np.random.default_rng([seed, 11]).standard_normal(s_pool.shape)
     chosen = list(rng.choice(len(u_pool), SIZES[0], replace=False))
+    scale_of = np.repeat(SCALES, len(u_pool) // len(SCALES))  # the pool's blocks
     rows = []
     for size, nxt in zip(SIZES, SIZES[1:] + (None,), strict=True):
         data = OperatorData(u_pool[chosen], noisy[chosen], test[0], test[1], y,
                             s_train_clean=s_pool[chosen], noise_std=sd,
                             meta={"problem": name})
-        result = train(data, TrainConfig(seed=seed), device="cpu")
+        config = TrainConfig(seed=seed)
+        if steps:
+            config = TrainConfig(seed=seed, epochs=-(-steps // -(-size // config.batch_size)))
+        result = train(data, config, device="cpu")
         p = predict(result, test[0], y, device="cpu")
         err = np.linalg.norm(p["mean"] - test[1], axis=1) / np.linalg.norm(test[1], axis=1)
         inside = (test[1] >= p["lower"]) & (test[1] <= p["upper"])
-        rows.append({"problem": name, "seed": seed, "strategy": strategy, "n": size,
-                     "e2": 100 * float(err.mean()), "coverage95": 100 * float(inside.mean())})
+        rows.append({"problem": name, "steps": steps or "default", "seed": seed,
+                     "strategy": strategy if strategy == "random" else f"active-{criterion}",
+                     "n": size, "e2": 100 * float(err.mean()),
+                     "coverage95": 100 * float(inside.mean()),
+                     **{f"e2_l{ls}": 100 * float(e.mean())  # the test set's blocks
+                        for ls, e in zip(SCALES, np.split(err, len(SCALES)), strict=True)},
+                     **{f"picked_l{ls}": int(np.sum(scale_of[chosen] == ls)) for ls in SCALES}})
         print(rows[-1], flush=True)
         if nxt is None:
             break
         rest = np.setdiff1d(np.arange(len(u_pool)), chosen)
         if strategy == "active":
-            picks, _ = acquire(result, u_pool[rest], nxt - size, y)
+            picks, _ = acquire(result, u_pool[rest], nxt - size, y, criterion=criterion)
             chosen += list(rest[picks])
         else:
             chosen += list(rng.choice(rest, nxt - size, replace=False))
@@ -74,6 +91,10 @@ def main() -> None:
     ap.add_argument("--problems", nargs="*", default=list(NOISE))
     ap.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
     ap.add_argument("--out", default=str(HERE / "curves.csv"))
+    ap.add_argument("--strategies", nargs="*", default=["active", "random"])
+    ap.add_argument("--criterion", default="reduction", help="acquire's criterion")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="minibatch steps of every run (default: train's 2000 epochs)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     rows = []
@@ -84,8 +105,9 @@ def main() -> None:
         noise, relative = NOISE[name]
         sd = noise * float(pool[1].std()) if relative else noise
         for seed in args.seeds:
-            for strategy in ("active", "random"):
-                rows += curve(name, seed, strategy, pool, test, problem.query_points(), sd)
+            for strategy in args.strategies:
+                rows += curve(name, seed, strategy, pool, test, problem.query_points(), sd,
+                              args.steps, args.criterion)
     with open(args.out, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
@@ -93,42 +115,46 @@ def main() -> None:
 
 
 def summarise(paths) -> None:
-    """results.md and learning-curves.png from one or more curves CSVs."""
+    """results.md and learning-curves.png from one or more curves CSVs: per problem and
+    step budget, each strategy's e2 (mean ± sd over seeds) against the training set size."""
     rows = [r for p in paths for r in csv.DictReader(open(p))]
-    problems = list(dict.fromkeys(r["problem"] for r in rows))
-    lines = ["| problem | strategy | " + " | ".join(f"n = {n}" for n in SIZES) + " |",
-             "|---|---|" + "---|" * len(SIZES)]
+    panels = list(dict.fromkeys((r["problem"], r["steps"]) for r in rows))
+    lines = ["| problem | steps | strategy | " + " | ".join(f"n = {n}" for n in SIZES) + " |",
+             "|---|---|---|" + "---|" * len(SIZES)]
     stats = {}
-    for name in problems:
-        for strategy in ("active", "random"):
+    for panel in panels:
+        mine = [r for r in rows if (r["problem"], r["steps"]) == panel]
+        for strategy in dict.fromkeys(r["strategy"] for r in mine):
             cells = []
             for n in SIZES:
-                e = [float(r["e2"]) for r in rows if r["problem"] == name
-                     and r["strategy"] == strategy and int(r["n"]) == n]
-                c = [float(r["coverage95"]) for r in rows if r["problem"] == name
-                     and r["strategy"] == strategy and int(r["n"]) == n]
-                stats[name, strategy, n] = (np.mean(e), np.std(e), np.mean(c))
+                at = [r for r in mine if r["strategy"] == strategy and int(r["n"]) == n]
+                e = [float(r["e2"]) for r in at]
+                c = [float(r["coverage95"]) for r in at]
+                stats[panel, strategy, n] = (np.mean(e), np.std(e))
                 cells.append(f"{np.mean(e):.2f} ± {np.std(e):.2f} ({np.mean(c):.0f}%)")
-            lines.append(f"| {name} | {strategy} | " + " | ".join(cells) + " |")
+            lines.append(f"| {panel[0]} | {panel[1]} | {strategy} | " + " | ".join(cells) + " |")
     (HERE / "results.md").write_text(
         "e2 (%) of the posterior mean on the mixed test set, mean ± sd over seeds "
-        "(95% solution band's coverage):\n\n" + "\n".join(lines) + "\n")
+        "(95% solution band's coverage). steps: minibatch steps of every run, or `train`'s "
+        "default 2000 epochs:\n\n" + "\n".join(lines) + "\n")
 
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(problems), figsize=(5.2 * len(problems), 3.8), squeeze=False)
-    for ax, name in zip(axes[0], problems, strict=True):
-        for strategy in ("active", "random"):
-            m = np.array([stats[name, strategy, n][0] for n in SIZES])
-            s = np.array([stats[name, strategy, n][1] for n in SIZES])
-            ax.errorbar(SIZES, m, yerr=s, marker="o", capsize=3, label=strategy)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
+    for ax, panel in zip(axes[0], panels, strict=True):
+        for strategy in dict.fromkeys(k[1] for k in stats if k[0] == panel):
+            m = np.array([stats[panel, strategy, n][0] for n in SIZES])
+            sd = np.array([stats[panel, strategy, n][1] for n in SIZES])
+            ax.errorbar(SIZES, m, yerr=sd, marker="o", capsize=3, label=strategy)
+        steps = "2000 epochs" if panel[1] == "default" else f"{int(panel[1])} steps"
         ax.set(xscale="log", yscale="log", xlabel="training functions",
-               ylabel="test e2 (%)", title=name)
+               ylabel="test e2 (%)", title=f"{panel[0]}, {steps}")
         ax.set_xticks(SIZES, [str(n) for n in SIZES])
-        ax.legend()
+        ax.tick_params(axis="x", which="minor", labelbottom=False)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(HERE / "learning-curves.png", dpi=90)
 
