@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from bdeeponet.acquire import greedy_conditional_variance
+from bdeeponet.acquire import greedy_picks
 
 
 def test_scores_are_the_variance_left_given_the_earlier_picks():
@@ -14,7 +14,7 @@ def test_scores_are_the_variance_left_given_the_earlier_picks():
     largest such value among the candidates not yet picked."""
     f = np.random.default_rng(0).standard_normal((30, 12))
     k = f @ f.T
-    picks, scores = greedy_conditional_variance(f, 8)
+    picks, scores = greedy_picks(f, 8, "variance")
     for t, i in enumerate(picks):
         s = list(picks[:t])
         left = np.diag(k) - (np.einsum("is,st,it->i", k[:, s], np.linalg.inv(k[np.ix_(s, s)]),
@@ -30,7 +30,7 @@ def test_a_near_duplicate_is_not_picked_twice():
     takes one copy and the different one; the top two by variance alone are the copies."""
     a, b = np.array([3.0, 0.0, 0.0]), np.array([0.0, 1.0, 0.0])
     f = np.vstack([a, a + 1e-6, b, 0.1 * a])
-    picks, scores = greedy_conditional_variance(f, 2)
+    picks, scores = greedy_picks(f, 2, "variance")
     assert set(picks) == {0, 2} or set(picks) == {1, 2}
     assert list(np.argsort(-np.einsum("ij,ij->i", f, f))[:2]) in ([0, 1], [1, 0])  # the control
 
@@ -39,7 +39,7 @@ def test_picks_beyond_the_draws_rank_go_by_variance():
     """Draws of rank 2: after two picks nothing is left to explain; the rest come by their
     own variance, with score 0."""
     f = np.outer(np.arange(1, 7), [1.0, 0.0]) + np.outer([0, 0, 0, 0, 0, 1.0], [0.0, 1.0])
-    picks, scores = greedy_conditional_variance(f, 4)
+    picks, scores = greedy_picks(f, 4, "variance")
     assert len(set(picks)) == 4 and np.all(scores[2:] == 0) and np.all(scores[:2] > 0)
 
 
@@ -88,10 +88,8 @@ def test_the_command_line_loop(tmp_path):
 def test_variance_reduction_picks_against_the_explicit_matrix():
     """Each pick maximises sum_j K_ji^2 / K_ii over the covariance K left given the earlier
     picks (K - K_S K_SS^-1 K_S^T, formed explicitly here), and its score is that value."""
-    from bdeeponet.acquire import greedy_variance_reduction
-
     f = np.random.default_rng(1).standard_normal((50, 14))
-    picks, scores = greedy_variance_reduction(f, 7, block=16)  # blocks smaller than the pool
+    picks, scores = greedy_picks(f, 7, block=16)  # blocks smaller than the pool
     k = f @ f.T
     for t, i in enumerate(picks):
         s = list(picks[:t])
@@ -106,11 +104,9 @@ def test_variance_reduction_prefers_the_representative_candidate():
     """A cluster of ten similar candidates and one isolated candidate of larger variance:
     the largest variance is the outlier, the largest reduction of the pool's variance is in
     the cluster."""
-    from bdeeponet.acquire import greedy_variance_reduction
-
     rng = np.random.default_rng(2)
     cluster = np.array([1.0, 0.0, 0.0]) + 0.05 * rng.standard_normal((10, 3))
     f = np.vstack([cluster, [0.0, 0.0, 1.5]])
     assert int(np.argmax(np.einsum("ij,ij->i", f, f))) == 10
-    picks, _ = greedy_variance_reduction(f, 1)
+    picks, _ = greedy_picks(f, 1)
     assert picks[0] < 10

@@ -28,6 +28,7 @@ import torch
 from .run import Run, as_run
 
 MAX_POINTS = 256
+CRITERIA = ("reduction", "variance")
 
 
 def acquire(run: Run, u_pool, k: int, y=None, criterion: str = "reduction"
@@ -48,69 +49,48 @@ def acquire(run: Run, u_pool, k: int, y=None, criterion: str = "reduction"
     if criterion not in CRITERIA:
         raise ValueError(f"--criterion must be one of {', '.join(CRITERIA)}, got '{criterion}'")
     features = _centred_draws(run, u, y)  # (n, M * P')
-    return CRITERIA[criterion](features, int(k))
+    return greedy_picks(features, int(k), criterion)
 
 
-def greedy_conditional_variance(features: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Pivoted Cholesky of ``K = features features^T`` (n, n) for k pivots, without forming K:
-    each step takes the row of largest remaining diagonal and removes its direction."""
+def greedy_picks(features: np.ndarray, k: int, criterion: str = "reduction",
+                 block: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """k greedy picks from the rows of ``features`` (n, D), ``K = features features^T``
+    never formed: each pick i conditions K on itself, ``K <- K - K_:i K_i: / K_ii`` (a
+    pivoted Cholesky step). ``criterion``: ``"reduction"`` takes the largest
+    ``sum_j K_ji² / K_ii`` (``diag(K K)`` kept up to date by rank-one updates, built in
+    blocks of ``block`` rows), ``"variance"`` the largest ``K_ii``. Scores: that value when
+    picked. Once the rows' span is exhausted, the rest go by their own variance, score 0."""
     n = features.shape[0]
+    reduction = criterion == "reduction"
     marginal = np.einsum("ij,ij->i", features, features)
     left = marginal.copy()
+    tol = 1e-12 * marginal.max(initial=0.0)
+    if reduction:
+        g = np.empty(n)
+        for a in range(0, n, block):
+            kb = features[a:a + block] @ features.T
+            g[a:a + block] = np.einsum("ij,ij->i", kb, kb)
     factors = np.zeros((k, n))
     picks, scores = [], []
     for t in range(k):
-        i = int(np.argmax(left))
-        if not left[i] > 1e-12 * max(scores[:1] or [0.0]):
-            break  # the draws explain nothing more: the rest by their own variance
+        alive = left > tol
+        alive[picks] = False
+        if not alive.any():
+            break  # the draws explain nothing more
+        score = np.where(alive, g / np.where(alive, left, 1.0) if reduction else left, -np.inf)
+        i = int(np.argmax(score))
         picks.append(i)
-        scores.append(float(left[i]))
-        row = features @ features[i] - factors[:t].T @ factors[:t, i]
-        factors[t] = row / np.sqrt(left[i])
-        left = left - factors[t] ** 2
-        left[picks] = -np.inf
+        scores.append(float(score[i]))
+        f = (features @ features[i] - factors[:t].T @ factors[:t, i]) / np.sqrt(left[i])
+        if reduction:  # diag((K - f f^T)^2) from diag(K^2), K f and f
+            kf = features @ (features.T @ f) - factors[:t].T @ (factors[:t] @ f)
+            g = g - 2 * f * kf + f**2 * (f @ f)
+        factors[t] = f
+        left = left - f**2
     if len(picks) < k:
         # M posterior draws span a space of limited rank: once the picks exhaust it, the
         # remaining variance is zero for every candidate and says nothing
         taken = set(picks)
-        rest = [j for j in np.argsort(-marginal, kind="stable") if j not in taken]
-        picks += rest[: k - len(picks)]
-        scores += [0.0] * (k - len(scores))
-    return np.array(picks), np.array(scores)
-
-
-def greedy_variance_reduction(features: np.ndarray, k: int, block: int = 1024
-                              ) -> tuple[np.ndarray, np.ndarray]:
-    """Greedy k picks of the largest reduction of the pool's summed variance: pick i removes
-    ``sum_j K_ji^2 / K_ii`` (K the covariance left given the earlier picks), and K is updated
-    as in ``greedy_conditional_variance``. Matrix-free: ``g = diag(K K)`` is kept up to date
-    by rank-one updates. Scores: the pool variance each pick removed."""
-    n = features.shape[0]
-    left = np.einsum("ij,ij->i", features, features)
-    g = np.empty(n)
-    for a in range(0, n, block):
-        kb = features[a:a + block] @ features.T
-        g[a:a + block] = np.einsum("ij,ij->i", kb, kb)
-    factors = np.zeros((k, n))
-    picks, scores = [], []
-    tol = 1e-12 * left.max()
-    for t in range(k):
-        ratio = np.where(left > tol, g / np.maximum(left, tol), -np.inf)
-        ratio[picks] = -np.inf
-        i = int(np.argmax(ratio))
-        if not np.isfinite(ratio[i]) or ratio[i] <= 0:
-            break
-        picks.append(i)
-        scores.append(float(ratio[i]))
-        col = features @ features[i] - factors[:t].T @ factors[:t, i]
-        f = col / np.sqrt(left[i])
-        kf = features @ (features.T @ f) - factors[:t].T @ (factors[:t] @ f)
-        g = g - 2 * f * kf + f ** 2 * (f @ f)
-        factors[t] = f
-        left = left - f ** 2
-    if len(picks) < k:
-        taken = set(picks)
-        marginal = np.einsum("ij,ij->i", features, features)
         rest = [j for j in np.argsort(-marginal, kind="stable") if j not in taken]
         picks += rest[: k - len(picks)]
         scores += [0.0] * (k - len(scores))
@@ -134,5 +114,3 @@ def _centred_draws(run: Run, u: np.ndarray, y) -> np.ndarray:
     draws = (draws - draws.mean(0)).numpy()  # (M, n, P')
     return draws.transpose(1, 0, 2).reshape(len(u), -1) / np.sqrt(draws.shape[0])
 
-
-CRITERIA = {"reduction": greedy_variance_reduction, "variance": greedy_conditional_variance}
