@@ -69,6 +69,10 @@ def test_the_command_line_loop(tmp_path):
     with np.load(own) as z:
         assert np.all(np.diff(z["score"]) <= 1e-12)
         assert json.loads(str(z["meta"]))["criterion"] == "variance"
+    assert main(["acquire", str(run), str(pool), "--n", "6", "--error", "relative",
+                 "--out", str(own)]) == 0
+    with np.load(own) as z:
+        assert json.loads(str(z["meta"]))["error"] == "relative" and len(set(z["index"])) == 6
     assert main(["generate", "darcy", "--inputs", str(picked), "--merge-into", str(data),
                  "--out", str(merged)]) == 0
     before, after = load(data), load(merged)
@@ -110,3 +114,39 @@ def test_variance_reduction_prefers_the_representative_candidate():
     assert int(np.argmax(np.einsum("ij,ij->i", f, f))) == 10
     picks, _ = greedy_picks(f, 1)
     assert picks[0] < 10
+
+
+def test_variance_reduction_stays_exact_as_the_variance_runs_out():
+    """Rows whose variance decays geometrically (0.8^j per direction): after 40 picks the
+    variance left is 1e-8 of the first. Each pick is still the exact greedy choice and its
+    score the exact reduction, both from an orthogonal projection formed afresh each step
+    (the rank-one updates of diag(K K) alone lose it to rounding after about 30 picks)."""
+    rng = np.random.default_rng(0)
+    f = rng.standard_normal((400, 150)) * 0.8 ** np.arange(150)
+    picks, scores = greedy_picks(f, 40)
+    for t, i in enumerate(picks):
+        s = list(picks[:t])
+        r = f - (f @ (q := np.linalg.qr(f[s].T)[0])) @ q.T if s else f
+        left, k = np.einsum("ij,ij->i", r, r), r @ r.T
+        gain = np.einsum("ij,ij->i", k, k) / left
+        gain[s] = -np.inf
+        assert scores[t] == pytest.approx(gain[i], rel=1e-6)
+        assert gain[i] >= gain.max() * (1 - 1e-6)
+
+
+def test_relative_rows_measure_error_against_the_solutions_size():
+    """A candidate whose draws and mean are both scaled by c keeps its relative row; a row's
+    squared norm is its summed variance over its mean's squared norm; a mean of zero is
+    floored at 1e-3 of the median norm, not divided by."""
+    from bdeeponet.acquire import relative_to
+
+    rng = np.random.default_rng(3)
+    draws, mean = rng.standard_normal((5, 12)), rng.standard_normal((5, 4)) + 2.0
+    rows = relative_to(draws, mean)
+    scaled = relative_to(draws * [[10.0], [1], [1], [1], [1]], mean * [[10.0], [1], [1], [1], [1]])
+    np.testing.assert_allclose(scaled, rows, rtol=1e-12)
+    np.testing.assert_allclose(np.einsum("ij,ij->i", rows, rows),
+                               np.einsum("ij,ij->i", draws, draws) / (mean**2).sum(1))
+    mean[2] = 0.0
+    floor = 1e-3 * np.median(np.linalg.norm(mean, axis=1))
+    np.testing.assert_allclose(relative_to(draws, mean)[2], draws[2] / floor)

@@ -1,5 +1,5 @@
-"""Which inputs to simulate next: the pool inputs whose predictions the posterior is least
-sure of, picked as a batch that does not repeat itself.
+"""Which inputs to simulate next: the pool inputs whose solutions would most reduce the
+posterior's uncertainty over the pool, picked as a batch that does not repeat itself.
 
 Each candidate i is represented by its M posterior draws at the query points, centred:
 ``F_i`` (M, P'), P' at most ``MAX_POINTS`` evenly spread query points. Their covariance
@@ -15,8 +15,10 @@ near-duplicate of a pick has almost nothing left and is not taken. Two criteria:
   Cholesky factorisation of K, the greedy maximiser of the picks' joint log-determinant),
   which favours the pool's outliers.
 
-docs/results/acquisition/ holds the learning curves behind the default. M draws span a space
-of limited rank; once the picks exhaust it, the rest are taken by their own variance
+With ``error="relative"`` (default) each F_i is first divided by the norm of candidate i's
+predicted mean, so that K measures error against the solution's size, as e2 does.
+docs/results/acquisition/ holds the learning curves behind the defaults. M draws span a
+space of limited rank; once the picks exhaust it, the rest are taken by their own variance
 (their score is then 0).
 """
 
@@ -29,14 +31,18 @@ from .run import Run, as_run
 
 MAX_POINTS = 256
 CRITERIA = ("reduction", "variance")
+ERRORS = ("absolute", "relative")
 
 
-def acquire(run: Run, u_pool, k: int, y=None, criterion: str = "reduction"
-            ) -> tuple[np.ndarray, np.ndarray]:
+def acquire(run: Run, u_pool, k: int, y=None, criterion: str = "reduction",
+            error: str = "relative") -> tuple[np.ndarray, np.ndarray]:
     """``(indices (k,), scores (k,))``: the k picks of ``u_pool`` (n, m) in the order they
     were taken and each one's score when taken (summed over the points scored): the pool's
     variance it removed (``criterion="reduction"``) or its own variance left
-    (``"variance"``). ``y``: the query points (default: the run's training ones)."""
+    (``"variance"``). ``error="relative"`` (default): each candidate's draws divided by the
+    norm of its predicted mean (:func:`relative_to`), so that variance is measured against
+    the solution's size, as e2 measures error; ``"absolute"``: as they are. ``y``: the
+    query points (default: the run's training ones)."""
     run = as_run(run)
     u = np.asarray(u_pool, dtype=np.float64)
     if u.ndim != 2 or u.shape[1] != run.n_sensors:
@@ -48,7 +54,9 @@ def acquire(run: Run, u_pool, k: int, y=None, criterion: str = "reduction"
         raise ValueError(f"--n must be an integer in [1, {len(u)}] (the pool's size), got {k}")
     if criterion not in CRITERIA:
         raise ValueError(f"--criterion must be one of {', '.join(CRITERIA)}, got '{criterion}'")
-    features = _centred_draws(run, u, y)  # (n, M * P')
+    if error not in ERRORS:
+        raise ValueError(f"--error must be one of {', '.join(ERRORS)}, got '{error}'")
+    features = _centred_draws(run, u, y, error == "relative")  # (n, M * P')
     return greedy_picks(features, int(k), criterion)
 
 
@@ -57,20 +65,19 @@ def greedy_picks(features: np.ndarray, k: int, criterion: str = "reduction",
     """k greedy picks from the rows of ``features`` (n, D), ``K = features features^T``
     never formed: each pick i conditions K on itself, ``K <- K - K_:i K_i: / K_ii`` (a
     pivoted Cholesky step). ``criterion``: ``"reduction"`` takes the largest
-    ``sum_j K_ji² / K_ii`` (``diag(K K)`` kept up to date by rank-one updates, built in
-    blocks of ``block`` rows), ``"variance"`` the largest ``K_ii``. Scores: that value when
-    picked. Once the rows' span is exhausted, the rest go by their own variance, score 0."""
+    ``sum_j K_ji² / K_ii`` (``diag(K K)`` kept up to date by rank-one updates and computed
+    afresh, in blocks of ``block`` rows, where the updates have cancelled most of a
+    value's digits), ``"variance"`` the largest ``K_ii``. Scores: that value when picked.
+    Once the rows' span is exhausted, the rest go by their own variance, score 0."""
     n = features.shape[0]
+    k = min(k, n)
     reduction = criterion == "reduction"
     marginal = np.einsum("ij,ij->i", features, features)
     left = marginal.copy()
     tol = 1e-12 * marginal.max(initial=0.0)
-    if reduction:
-        g = np.empty(n)
-        for a in range(0, n, block):
-            kb = features[a:a + block] @ features.T
-            g[a:a + block] = np.einsum("ij,ij->i", kb, kb)
     factors = np.zeros((k, n))
+    if reduction:
+        g = fresh = _diag_square(features, factors[:0], block)
     picks, scores = [], []
     for t in range(k):
         alive = left > tol
@@ -79,6 +86,10 @@ def greedy_picks(features: np.ndarray, k: int, criterion: str = "reduction",
             break  # the draws explain nothing more
         score = np.where(alive, g / np.where(alive, left, 1.0) if reduction else left, -np.inf)
         i = int(np.argmax(score))
+        if reduction and g[i] < 1e-6 * fresh[i]:  # rounding would now lead: recompute
+            g = fresh = _diag_square(features, factors[:t], block)
+            score = np.where(alive, g / np.where(alive, left, 1.0), -np.inf)
+            i = int(np.argmax(score))
         picks.append(i)
         scores.append(float(score[i]))
         f = (features @ features[i] - factors[:t].T @ factors[:t, i]) / np.sqrt(left[i])
@@ -97,7 +108,16 @@ def greedy_picks(features: np.ndarray, k: int, criterion: str = "reduction",
     return np.array(picks), np.array(scores)
 
 
-def _centred_draws(run: Run, u: np.ndarray, y) -> np.ndarray:
+def _diag_square(features: np.ndarray, factors: np.ndarray, block: int) -> np.ndarray:
+    """``diag(R R)`` of ``R = features features^T - factors^T factors``, row block by block."""
+    g = np.empty(features.shape[0])
+    for a in range(0, len(g), block):
+        rb = features[a:a + block] @ features.T - factors[:, a:a + block].T @ factors
+        g[a:a + block] = np.einsum("ij,ij->i", rb, rb)
+    return g
+
+
+def _centred_draws(run: Run, u: np.ndarray, y, relative: bool = False) -> np.ndarray:
     post = run.posterior
     if not hasattr(post, "trajectories"):
         raise ValueError("acquire needs a sampled posterior (a DeepONet run), not the linear "
@@ -111,6 +131,16 @@ def _centred_draws(run: Run, u: np.ndarray, y) -> np.ndarray:
     ut = torch.as_tensor(u, dtype=torch.float32)
     yt = torch.as_tensor(y[keep], dtype=torch.float32)
     draws = torch.stack([p.double() for p in post.trajectories(ut, yt, run.config.seed)])
-    draws = (draws - draws.mean(0)).numpy()  # (M, n, P')
-    return draws.transpose(1, 0, 2).reshape(len(u), -1) / np.sqrt(draws.shape[0])
+    mean = draws.mean(0)
+    draws = (draws - mean).numpy()  # (M, n, P')
+    out = draws.transpose(1, 0, 2).reshape(len(u), -1) / np.sqrt(draws.shape[0])
+    return relative_to(out, mean.numpy()) if relative else out
+
+
+def relative_to(features: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """``features`` (n, D), each row divided by the norm of its candidate's predicted mean
+    (``mean`` (n, P')), at least 1e-3 of the pool's median norm: a row's squared norm is
+    then the expected squared relative error of its prediction."""
+    norm = np.linalg.norm(mean, axis=1)
+    return features / np.maximum(norm, 1e-3 * np.median(norm))[:, None]
 

@@ -242,8 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_predict_evaluate(sub)
     _add_reproduce(sub)
-    p = sub.add_parser("acquire", help="the pool inputs the posterior is least sure of, picked "
-                       "as a batch (the next simulations to run)")
+    p = sub.add_parser("acquire", help="the pool inputs whose solutions would most reduce the "
+                       "posterior's uncertainty over the pool, picked as a batch (the next "
+                       "simulations to run)")
     p.add_argument("run", help="run directory")
     p.add_argument("pool", help=".npz with 'u' (n, m): the candidate inputs")
     p.add_argument("--n", type=int, required=True, help="how many to pick")
@@ -251,6 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reduction: each pick the largest cut in the pool's total predictive "
                    "variance (default); variance: each pick the largest variance of its own "
                    "left by the earlier picks")
+    p.add_argument("--error", choices=("relative", "absolute"), default="relative",
+                   help="relative (default): each candidate's variance over its predicted "
+                   "solution's squared norm, as the relative error e2 weighs it; absolute: "
+                   "the variance as it is")
     p.add_argument("--out", required=True, help="output .npz: u, index (into the pool), score")
     sub.add_parser("problems", help="list the problems: equation, parameters and defaults")
     return parser
@@ -569,9 +574,9 @@ def cmd_acquire(args) -> None:
     if "u" not in arrays:
         raise UsageError(f"{args.pool}: missing key 'u' (candidate inputs, shape (n, m))")
     u = arrays["u"]
-    picks, scores = acquire(run, u, args.n, criterion=args.criterion)
+    picks, scores = acquire(run, u, args.n, criterion=args.criterion, error=args.error)
     meta = json.dumps({"pool": args.pool, "run": args.run, "n": args.n,
-                       "criterion": args.criterion})
+                       "criterion": args.criterion, "error": args.error})
     atomic_write(args.out, lambda fh: np.savez(fh, u=np.asarray(u)[picks], index=picks,
                                                score=scores, meta=np.asarray(meta)))
     what = ("the pool's predictive variance each pick removed" if args.criterion == "reduction"

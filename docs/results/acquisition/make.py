@@ -46,7 +46,7 @@ def mixture(problem, n_each: int, rng):
 
 
 def curve(name: str, seed: int, strategy: str, pool, test, y, sd, steps=None,
-          criterion="reduction") -> list[dict]:
+          criterion="reduction", error="relative") -> list[dict]:
     """One learning curve. ``steps``: each run trains that many minibatch steps (epochs =
     steps / batches per epoch) instead of ``train``'s default 2000 epochs, whose step count
     grows with the training set."""
@@ -68,7 +68,8 @@ def curve(name: str, seed: int, strategy: str, pool, test, y, sd, steps=None,
         err = np.linalg.norm(p["mean"] - test[1], axis=1) / np.linalg.norm(test[1], axis=1)
         inside = (test[1] >= p["lower"]) & (test[1] <= p["upper"])
         rows.append({"problem": name, "steps": steps or "default", "seed": seed,
-                     "strategy": strategy if strategy == "random" else f"active-{criterion}",
+                     "strategy": strategy if strategy == "random" else
+                     f"active-{criterion}-{error}",
                      "n": size, "e2": 100 * float(err.mean()),
                      "coverage95": 100 * float(inside.mean()),
                      **{f"e2_l{ls}": 100 * float(e.mean())  # the test set's blocks
@@ -79,7 +80,7 @@ def curve(name: str, seed: int, strategy: str, pool, test, y, sd, steps=None,
             break
         rest = np.setdiff1d(np.arange(len(u_pool)), chosen)
         if strategy == "active":
-            picks, _ = acquire(result, u_pool[rest], nxt - size, y, criterion=criterion)
+            picks, _ = acquire(result, u_pool[rest], nxt - size, y, criterion, error)
             chosen += list(rest[picks])
         else:
             chosen += list(rng.choice(rest, nxt - size, replace=False))
@@ -93,6 +94,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "curves.csv"))
     ap.add_argument("--strategies", nargs="*", default=["active", "random"])
     ap.add_argument("--criterion", default="reduction", help="acquire's criterion")
+    ap.add_argument("--error", default="relative", help="acquire's error")
     ap.add_argument("--steps", type=int, default=None,
                     help="minibatch steps of every run (default: train's 2000 epochs)")
     args = ap.parse_args()
@@ -107,7 +109,7 @@ def main() -> None:
         for seed in args.seeds:
             for strategy in args.strategies:
                 rows += curve(name, seed, strategy, pool, test, problem.query_points(), sd,
-                              args.steps, args.criterion)
+                              args.steps, args.criterion, args.error)
     with open(args.out, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
@@ -143,12 +145,14 @@ def summarise(paths) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    names = list(dict.fromkeys(k[1] for k in stats))  # one colour per strategy throughout
     fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
     for ax, panel in zip(axes[0], panels, strict=True):
         for strategy in dict.fromkeys(k[1] for k in stats if k[0] == panel):
             m = np.array([stats[panel, strategy, n][0] for n in SIZES])
             sd = np.array([stats[panel, strategy, n][1] for n in SIZES])
-            ax.errorbar(SIZES, m, yerr=sd, marker="o", capsize=3, label=strategy)
+            ax.errorbar(SIZES, m, yerr=sd, marker="o", capsize=3, label=strategy,
+                        color=f"C{names.index(strategy)}")
         steps = "2000 epochs" if panel[1] == "default" else f"{int(panel[1])} steps"
         ax.set(xscale="log", yscale="log", xlabel="training functions",
                ylabel="test e2 (%)", title=f"{panel[0]}, {steps}")
