@@ -579,8 +579,9 @@ def cmd_acquire(args) -> None:
                        "criterion": args.criterion, "error": args.error})
     atomic_write(args.out, lambda fh: np.savez(fh, u=np.asarray(u)[picks], index=picks,
                                                score=scores, meta=np.asarray(meta)))
-    what = ("the pool's predictive variance each pick removed" if args.criterion == "reduction"
-            else "the predictive variance left at each pick")
+    kind = "relative " if args.error == "relative" else ""
+    what = (f"the pool's {kind}predictive variance each pick removed"
+            if args.criterion == "reduction" else f"the {kind}predictive variance left at each pick")
     print(f"wrote {args.out}: {len(picks)} of {len(u)} pool inputs ('u', 'index' into the "
           f"pool, 'score': {what})")
 
