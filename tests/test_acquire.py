@@ -61,7 +61,9 @@ def test_the_command_line_loop(tmp_path):
     assert main(["acquire", str(run), str(pool), "--n", "6", "--out", str(picked)]) == 0
     with np.load(picked) as z:
         assert z["u"].shape == (6, 100) and len(set(z["index"])) == 6
-        assert np.all(z["score"] > 0) and json.loads(str(z["meta"]))["n"] == 6
+        meta = json.loads(str(z["meta"]))
+        assert np.all(z["score"] > 0) and meta["n"] == 6
+        assert (meta["criterion"], meta["error"]) == ("reduction", "relative")  # the defaults
         np.testing.assert_array_equal(z["u"], np.load(pool)["u"][z["index"]])
     own = tmp_path / "own.npz"  # by each pick's own variance left: it can only fall
     assert main(["acquire", str(run), str(pool), "--n", "6", "--criterion", "variance",

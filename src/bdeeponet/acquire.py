@@ -30,12 +30,12 @@ import torch
 from .run import Run, as_run
 
 MAX_POINTS = 256
-CRITERIA = ("reduction", "variance")
-ERRORS = ("absolute", "relative")
+CRITERIA = ("reduction", "variance")  # the first is the default
+ERRORS = ("relative", "absolute")
 
 
-def acquire(run: Run, u_pool, k: int, y=None, criterion: str = "reduction",
-            error: str = "relative") -> tuple[np.ndarray, np.ndarray]:
+def acquire(run: Run, u_pool, k: int, y=None, criterion: str = CRITERIA[0],
+            error: str = ERRORS[0]) -> tuple[np.ndarray, np.ndarray]:
     """``(indices (k,), scores (k,))``: the k picks of ``u_pool`` (n, m) in the order they
     were taken and each one's score when taken (summed over the points scored): the pool's
     variance it removed (``criterion="reduction"``) or its own variance left
@@ -60,7 +60,7 @@ def acquire(run: Run, u_pool, k: int, y=None, criterion: str = "reduction",
     return greedy_picks(features, int(k), criterion)
 
 
-def greedy_picks(features: np.ndarray, k: int, criterion: str = "reduction",
+def greedy_picks(features: np.ndarray, k: int, criterion: str = CRITERIA[0],
                  block: int = 1024) -> tuple[np.ndarray, np.ndarray]:
     """k greedy picks from the rows of ``features`` (n, D), ``K = features features^T``
     never formed: each pick i conditions K on itself, ``K <- K - K_:i K_i: / K_ii`` (a

@@ -248,11 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="run directory")
     p.add_argument("pool", help=".npz with 'u' (n, m): the candidate inputs")
     p.add_argument("--n", type=int, required=True, help="how many to pick")
-    p.add_argument("--criterion", choices=("reduction", "variance"), default="reduction",
-                   help="reduction: each pick the largest cut in the pool's total predictive "
-                   "variance (default); variance: each pick the largest variance of its own "
+    p.add_argument("--criterion", choices=("reduction", "variance"),
+                   help="reduction (default): each pick the largest cut in the pool's total "
+                   "predictive variance; variance: each pick the largest variance of its own "
                    "left by the earlier picks")
-    p.add_argument("--error", choices=("relative", "absolute"), default="relative",
+    p.add_argument("--error", choices=("relative", "absolute"),
                    help="relative (default): each candidate's variance over its predicted "
                    "solution's squared norm, as the relative error e2 weighs it; absolute: "
                    "the variance as it is")
@@ -564,7 +564,7 @@ def cmd_problems(args) -> None:
 
 
 def cmd_acquire(args) -> None:
-    from .acquire import acquire
+    from .acquire import CRITERIA, ERRORS, acquire
     from .data import read_npz
     from .io import atomic_write
     from .run import load_run
@@ -574,14 +574,15 @@ def cmd_acquire(args) -> None:
     if "u" not in arrays:
         raise UsageError(f"{args.pool}: missing key 'u' (candidate inputs, shape (n, m))")
     u = arrays["u"]
-    picks, scores = acquire(run, u, args.n, criterion=args.criterion, error=args.error)
+    criterion, error = args.criterion or CRITERIA[0], args.error or ERRORS[0]
+    picks, scores = acquire(run, u, args.n, criterion=criterion, error=error)
     meta = json.dumps({"pool": args.pool, "run": args.run, "n": args.n,
-                       "criterion": args.criterion, "error": args.error})
+                       "criterion": criterion, "error": error})
     atomic_write(args.out, lambda fh: np.savez(fh, u=np.asarray(u)[picks], index=picks,
                                                score=scores, meta=np.asarray(meta)))
-    kind = "relative " if args.error == "relative" else ""
+    kind = "relative " if error == "relative" else ""
     what = (f"the pool's {kind}predictive variance each pick removed"
-            if args.criterion == "reduction" else f"the {kind}predictive variance left at each pick")
+            if criterion == "reduction" else f"the {kind}predictive variance left at each pick")
     print(f"wrote {args.out}: {len(picks)} of {len(u)} pool inputs ('u', 'index' into the "
           f"pool, 'score': {what})")
 

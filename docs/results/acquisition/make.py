@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from bdeeponet import OperatorData, TrainConfig, get_problem, predict, train
-from bdeeponet.acquire import acquire
+from bdeeponet.acquire import CRITERIA, ERRORS, acquire
 from bdeeponet.data import fine_grid
 from bdeeponet.grf import rbf_grf
 
@@ -46,7 +46,7 @@ def mixture(problem, n_each: int, rng):
 
 
 def curve(name: str, seed: int, strategy: str, pool, test, y, sd, steps=None,
-          criterion="reduction", error="relative") -> list[dict]:
+          criterion=CRITERIA[0], error=ERRORS[0]) -> list[dict]:
     """One learning curve. ``steps``: each run trains that many minibatch steps (epochs =
     steps / batches per epoch) instead of ``train``'s default 2000 epochs, whose step count
     grows with the training set."""
@@ -93,8 +93,8 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
     ap.add_argument("--out", default=str(HERE / "curves.csv"))
     ap.add_argument("--strategies", nargs="*", default=["active", "random"])
-    ap.add_argument("--criterion", default="reduction", help="acquire's criterion")
-    ap.add_argument("--error", default="relative", help="acquire's error")
+    ap.add_argument("--criterion", choices=CRITERIA, default=CRITERIA[0])
+    ap.add_argument("--error", choices=ERRORS, default=ERRORS[0])
     ap.add_argument("--steps", type=int, default=None,
                     help="minibatch steps of every run (default: train's 2000 epochs)")
     args = ap.parse_args()
