@@ -87,15 +87,14 @@ def sampler_on(data: OperatorData, method: str, sampling: bool = True, warmup: i
     conf = TrainConfig(method=method, **config)
     run = setup(data, conf, data.noise_std, device)
     gen = torch.Generator().manual_seed(SEED)
-    if run.chains is None:
-        order = torch.randperm(data.n_train, generator=gen)
-    else:  # each chain its own order, as a run draws them
-        order = torch.stack([torch.randperm(data.n_train, generator=gen) for _ in range(run.chains)])
+    # each chain its own order, as a run draws them (one chain's batches shared: (n,))
+    order = torch.stack([torch.randperm(data.n_train, generator=gen)
+                         for _ in range(run.chains)]).squeeze(0)
     batches = [b.to(device) for b in order.split(conf.batch_size, dim=-1)]
     chain = Chain(run.sampler, run.init_state(), run.energy, run.u, run.s, batches, run.generator)
     for _ in range(warmup):
         chain.step()
-    if sampling and shared_metric and run.chains is not None and method == "sgld":
+    if sampling and shared_metric and run.chains > 1 and method == "sgld":
         _share_first_metric(chain.state, run.sampler, run.energy, run.u, run.s, run.generator)
         for _ in range(warmup):
             chain.step()

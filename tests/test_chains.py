@@ -178,10 +178,12 @@ def data():
                     n_test=5, m=20)
 
 
-@pytest.mark.parametrize("method", ["sgld", "resgld", "mresgld", "ensemble"])
-def test_a_run_with_chains_pools_them_and_diagnoses_across_them(data, method, tmp_path):
+@pytest.mark.parametrize(("method", "extra"), [
+    ("sgld", {}), ("sgld", {"control_variate": True}), ("resgld", {}),
+    ("mresgld", {"control_variate": True}), ("ensemble", {})])
+def test_a_run_with_chains_pools_them_and_diagnoses_across_them(data, method, extra, tmp_path):
     conf = TrainConfig(method=method, chains=3, epochs=12, burn_in=4, batch_size=10, width=8,
-                       latent=8, calibration=0.2)
+                       latent=8, calibration=0.2, **extra)
     result = train(data, conf, tmp_path / "run")
     post = result.posterior
     if method == "ensemble":
@@ -216,16 +218,39 @@ def test_one_chain_of_a_batch_starts_where_a_one_chain_run_starts(data):
     ({"chains": 0}, "chains must be >= 1"),
     ({"method": "ensemble", "chains": 1}, "ensemble needs chains >= 2"),
     ({"method": "adam", "chains": 2}, "adam runs one network"),
-    ({"method": "sgld", "chains": 2, "control_variate": True}, None),
 ])
-def test_chains_settings_are_checked(changes, match, data):
-    if match is not None:
-        with pytest.raises(ValueError, match=match):
-            TrainConfig(**changes)
-        return
-    conf = TrainConfig(epochs=3, burn_in=1, batch_size=10, width=8, latent=8, **changes)
-    with pytest.raises(ValueError, match="control variate is not available"):
-        train(data, conf)
+def test_chains_settings_are_checked(changes, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**changes)
+
+
+def test_each_chains_control_variate_is_anchored_at_its_own_warm_start():
+    """The control variate of C chains: each chain's rows are the per-function gradients at
+    its own anchor, and its corrected minibatch gradient, on its own minibatch, is that of
+    the chain alone (a Chain of one) with its own anchor, to rounding."""
+    from bdeeponet.samplers.control_variate import ControlVariate
+
+    model, params, g = _deeponet()
+    y = torch.rand(11, 2, generator=g, dtype=torch.float64)
+    u = torch.randn(20, 7, generator=g, dtype=torch.float64)
+    s = torch.randn(20, 11, generator=g, dtype=torch.float64)
+    energy = GaussianEnergy(model, y, 20, 0.5)
+    chain = Chain(params, chains=C)
+    cv = ControlVariate.at(energy, chain, (u, s))
+    index = torch.stack([torch.randperm(20, generator=g)[:6] for _ in range(C)])
+    moved = {n: p + 0.05 * torch.randn(p.shape, generator=g, dtype=p.dtype) for n, p in params.items()}
+    chain.flat.copy_(Chain(moved, chains=C).flat)
+    _, grads = energy_and_grads(energy, chain.params, (u[index], s[index]))
+    got = cv.correct(chain, grads, index)
+    for c in range(C):
+        alone = Chain({n: p[c] for n, p in params.items()})
+        cv_c = ControlVariate.at(energy, alone, (u, s))
+        assert torch.allclose(cv.rows[c], cv_c.rows[0], rtol=1e-10, atol=1e-10)
+        alone.flat.copy_(chain.flat[c])
+        _, g_c = energy_and_grads(energy, alone.params, (u[index[c]], s[index[c]]))
+        want = cv_c.correct(alone, g_c, index[c])
+        for n in want:
+            assert torch.allclose(got[n][c], want[n][0], rtol=1e-9, atol=1e-9), (c, n)
 
 
 def test_the_command_line_trains_chains_and_says_when_they_disagree(data, tmp_path):

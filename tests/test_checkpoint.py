@@ -81,13 +81,13 @@ def test_file_holds_only_plain_types(data, tmp_path):
                        checkpoint_every=2, burn_in=2, calibration=0)
     train(data, conf, tmp_path / "run")
     tree = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
-    assert tree["format"] == "bdeeponet-checkpoint-1"
+    assert tree["format"] == checkpoint.FORMAT
     state = checkpoint.load(tmp_path / "run" / "checkpoint.pt")
     assert state["epoch"] == 4 and len(state["history"]) == 4
 
 
 def test_refuses_unknown_types_and_pickled_objects(tmp_path):
-    bad = {"format": "bdeeponet-checkpoint-1", "state": {"__type__": "Popen", "fields": {}}}
+    bad = {"format": checkpoint.FORMAT, "state": {"__type__": "Popen", "fields": {}}}
     torch.save(bad, tmp_path / "a.pt")
     with pytest.raises(checkpoint.CheckpointError, match="unknown object type 'Popen'"):
         checkpoint.load(tmp_path / "a.pt")
@@ -120,9 +120,13 @@ def test_a_checkpoint_from_an_earlier_version_is_refused_in_one_line(tmp_path):
     state = sampler.init({"w": torch.zeros(3)})
     tree = checkpoint.encode({"state": state})
     del tree["__dict__"][0][1]["fields"]["taus"]  # as written before the replica ladder
-    torch.save({"format": "bdeeponet-checkpoint-1", "state": tree}, tmp_path / "old.pt")
+    torch.save({"format": checkpoint.FORMAT, "state": tree}, tmp_path / "old.pt")
     with pytest.raises(checkpoint.CheckpointError, match="earlier version .*no 'taus'"):
         checkpoint.load(tmp_path / "old.pt")
+    # the format before one chain became a batch of one
+    torch.save({"format": "bdeeponet-checkpoint-1", "state": tree}, tmp_path / "older.pt")
+    with pytest.raises(checkpoint.CheckpointError, match="earlier version .*start the run afresh"):
+        checkpoint.load(tmp_path / "older.pt")
 
 
 def test_caches_stay_out_of_checkpoints_and_are_rebuilt(data):

@@ -38,6 +38,9 @@ def _types() -> dict[str, type]:
     return {cls.__name__: cls for cls in classes}
 
 
+FORMAT = "bdeeponet-checkpoint-2"  # 2: every chain a batch (one chain: a batch of one)
+
+
 class CheckpointError(ValueError):
     """A file that is not a readable bdeeponet checkpoint."""
 
@@ -112,7 +115,7 @@ def decode(tree):
 
 def save(path: str | Path, state: dict) -> None:
     """Write ``state`` (a dict of run-loop fields) atomically."""
-    atomic_write(path, lambda fh: torch.save({"format": "bdeeponet-checkpoint-1",
+    atomic_write(path, lambda fh: torch.save({"format": FORMAT,
                                               "state": encode(state)}, fh))
 
 
@@ -124,7 +127,10 @@ def load(path: str | Path, device: torch.device | str | None = None) -> dict:
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise CheckpointError(f"{path} is not a readable checkpoint ({first})") from None
-    if not isinstance(tree, dict) or tree.get("format") != "bdeeponet-checkpoint-1":
+    if isinstance(tree, dict) and tree.get("format") == "bdeeponet-checkpoint-1":
+        raise CheckpointError(f"{path} was written by an earlier version (one chain kept "
+                              "without a chain dimension); start the run afresh")
+    if not isinstance(tree, dict) or tree.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a bdeeponet checkpoint")
     return decode(tree["state"])
 

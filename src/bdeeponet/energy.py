@@ -65,6 +65,8 @@ class GaussianEnergy:
         return sum(p.square().sum() * (0.5 * self.prior_precision(n)) for n, p in params.items())
 
     def __call__(self, params: Params, batch) -> EnergyValue:
+        if (one := _as_one_set(self.model, params, batch)) is not None:
+            return _batch_of_one(self(*one))
         u, s = batch
         chains = n_chains(self.model, params)
         # DeepONet has a direct functional forward (faster, and batched over chains); any
@@ -91,7 +93,14 @@ class GaussianEnergy:
         ``partial = (some, r)`` (C chains): the gradients of the tensors ``some`` are wanted
         for the first r chains only (m-reSGLD's cold level of a batch of levels); the
         DeepONet then skips their backward pass on the other chains, any other model has
-        its full gradient cut."""
+        its full gradient cut.
+
+        Parameters (and a batch) of one chain with a chain dimension (a batch of one) are
+        evaluated as one set of parameters, with its arithmetic, and the results given
+        the chain dimension back."""
+        if partial is None and (one := _as_one_set(self.model, params, batch)) is not None:
+            value, grads = self.value_and_grad(*one, names)
+            return _batch_of_one(value), {n: g.unsqueeze(0) for n, g in grads.items()}
         fb = getattr(self.model, "forward_backward", None)
         if fb is None:
             value, grads = autograd_value_and_grad(self, params, batch, names)
@@ -144,6 +153,22 @@ class GaussianEnergy:
                 torch.full((r.shape[1],), self.prior_precision(n), dtype=flat.dtype, device=flat.device)
                 for n, r in zip(params, rows, strict=True)])
         return flat.square() @ cache[key]
+
+
+def _as_one_set(model, params: Params, batch):
+    """``(params, batch)`` of a batch of one chain without the chain dimension (a batch
+    (n, ...) is shared by the chains, (1, n, ...) is the one chain's); None for a batch of
+    several chains or tensors without a chain dimension."""
+    if n_chains(model, params) != 1:
+        return None
+    u, s = batch
+    return {n: p[0] for n, p in params.items()}, (u[0], s[0]) if s.dim() == 3 else batch
+
+
+def _batch_of_one(value: EnergyValue) -> EnergyValue:
+    """One set of parameters' energy as that of a batch of one chain: total (1,), terms (1, n)."""
+    return EnergyValue(value.total.unsqueeze(0), value.terms.unsqueeze(0), value.scale,
+                       value.n_total)
 
 
 def _first_chains(tensors: dict[str, torch.Tensor], partial: tuple[list[str], int] | None) -> dict:

@@ -412,7 +412,11 @@ class DeepONet(nn.Module):
         """``forward`` with the tensors of ``params`` (names as ``named_parameters``), without
         ``functional_call``'s re-parametrisation of the module (differentiable). ``memo``: a
         dict the caller keeps between calls, where a frozen trunk's output is kept
-        (:meth:`_forward`)."""
+        (:meth:`_forward`). Parameters of a batch of one chain (tensors (1, ...)) on inputs
+        (n, m) give (1, n, P) by the arithmetic of one set of parameters."""
+        if params["bias"].shape == (1,) and u.dim() == 2:
+            return self.functional_forward({n: p[0] for n, p in params.items()}, u, y,
+                                           memo).unsqueeze(0)
         pred, _ = self._forward(params, u, y, need=(), memo=memo)
         return pred
 

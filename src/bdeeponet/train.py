@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.func import functional_call
 
 from . import checkpoint
 from .calibration import fit_calibration
@@ -202,9 +201,9 @@ class Setup:
     """A run's pieces before its first step, as :func:`train` builds them (benchmarks and
     experiments build theirs here too): the model at its seeded initial weights, the energy,
     the sampler with the run's defaults, the run's generator and the training tensors.
-    ``chains``: None for one chain, else C; ``initial``: the parameters the sampler starts
-    from (with C chains, each tensor (C, ...): chain 0 is the one-chain run's
-    initialisation, chain c > 0 one drawn from the seed and c)."""
+    ``chains``: C (one chain is a batch of one); ``initial``: the parameters the sampler
+    starts from, each tensor (C, ...): chain 0 is the model's initialisation from the seed,
+    chain c > 0 one drawn from the seed and c."""
 
     model: DeepONet
     model_config: ModelConfig
@@ -214,7 +213,7 @@ class Setup:
     u: torch.Tensor
     s: torch.Tensor
     y: torch.Tensor
-    chains: int | None = None
+    chains: int = 1
     initial: dict | None = None
     encoder: PCAEncoder | None = None  # applied to every raw input before the branch
     modes: TrunkModes | None = None  # appended to the query points before the trunk
@@ -222,14 +221,12 @@ class Setup:
 
     def init_state(self):
         """The sampler's state at the initial parameters."""
-        if self.chains is None:
-            return self.sampler.init(dict(self.model.named_parameters()))
         return self.sampler.init(self.initial, chains=self.chains)
 
 
 def initial_parameters(mconf: ModelConfig, seed: int, chains: int) -> dict[str, torch.Tensor]:
-    """C independent initialisations (tensors (C, ...)), chain 0 from ``seed`` itself (as a
-    one-chain run), chain c from the seed sequence of (seed, c)."""
+    """C independent initialisations (tensors (C, ...)), chain 0 from ``seed`` itself (the
+    model's own initialisation), chain c from the seed sequence of (seed, c)."""
     inits = []
     for c in range(chains):
         with torch.random.fork_rng():
@@ -261,9 +258,8 @@ def setup(data: OperatorData, config: TrainConfig, noise_std: float | None,
     gen = torch.Generator(device=device).manual_seed(config.seed + 1)
     set_dropout_generator(model, gen)
     model.train(mconf.dropout > 0)  # Adam + MC dropout trains with dropout on
-    chains = config.n_chains if config.n_chains > 1 else None
-    initial = None if chains is None else {
-        n: t.to(device) for n, t in initial_parameters(mconf, config.seed, chains).items()}
+    chains = config.n_chains
+    initial = {n: t.to(device) for n, t in initial_parameters(mconf, config.seed, chains).items()}
     maps = symmetry_maps(config, data, encoder)
     turns = None if maps is None else tuple(torch.as_tensor(p, device=device) for p in maps)
     return Setup(model, mconf, energy, sampler, gen, u, s, y, chains, initial, encoder, modes,
@@ -328,8 +324,7 @@ def train(
         with torch.no_grad():
             was_training = model.training
             model.eval()
-            pred = (functional_call(model, params, (u_test, y)) if chains is None
-                    else model.functional_forward(params, u_test, y)).double()  # (C, n, P)
+            pred = model.functional_forward(params, u_test, y).double()  # (C, n, P)
             model.train(was_training)
         row["e1"], row["e2"] = _errors(pred.cpu().numpy(), s_test)
         row["noise_std"] = energy.noise_std
@@ -337,11 +332,11 @@ def train(
         if loop.epoch > config.burn_in_epochs and (
             (loop.epoch - config.burn_in_epochs) % config.thin_epochs == 0
         ):
-            loop.samples.append(flatten(params, batched=chains is not None).cpu().clone())
+            loop.samples.append(flatten(params, batched=True).cpu().clone())
             loop.test_pred_sum = pred if loop.test_pred_sum is None else loop.test_pred_sum + pred
         if loop.test_pred_sum is not None and sampler.draws_samples:
             mean = loop.test_pred_sum / len(loop.samples)
-            mean = (mean if chains is None else mean.mean(0)).cpu().numpy()
+            mean = mean.mean(0).cpu().numpy()
             row["e1_mean"], row["e2_mean"] = relative_errors(mean, s_test)
         loop.history.append(row)
         bar.update(loop.epoch, e2=row["e2"], swap=row["swap_rate"])
@@ -365,25 +360,21 @@ def train(
 
 
 def _errors(pred: np.ndarray, s_test) -> tuple[float, float]:
-    """``relative_errors`` of a prediction (n, P), or their mean over C chains' (C, n, P)."""
-    if pred.ndim == 2:
-        return relative_errors(pred, s_test)
+    """The mean over C chains' predictions (C, n, P) of their ``relative_errors``."""
     return tuple(float(v) for v in np.mean([relative_errors(p, s_test) for p in pred], axis=0))
 
 
 def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfig,
-               chains: int | None = None, turns=None) -> dict:
-    """One pass over the training functions; C chains each take their own random order.
+               chains: int = 1, turns=None) -> dict:
+    """One pass over the training functions; C chains each take their own random order
+    (one chain's batches are (n, ...): a batch every chain shares is the cheaper form).
     With ``turns`` (the permutations of :func:`symmetry_maps`) each function of a minibatch
     is turned by a random element of the group: the likelihood, averaged over the group,
     of an operator that commutes with it."""
     u, s = train_data
     n = u.shape[0]
-    if chains is None:
-        order = torch.randperm(n, generator=gen, device=gen.device)
-    else:
-        order = torch.stack([torch.randperm(n, generator=gen, device=gen.device)
-                             for _ in range(chains)])
+    order = torch.stack([torch.randperm(n, generator=gen, device=gen.device)
+                         for _ in range(chains)]).squeeze(0)
     energies, swaps, seconds = [], [], 0.0
     for start in range(0, n, config.batch_size):
         idx = order[..., start : start + config.batch_size]  # (b,) or (C, b)
@@ -428,7 +419,7 @@ def _finish(loop, sampler, config, mconf, data, out, noise_std: float, held_out,
         post = Posterior(mconf, samples, noise_std=noise_std, chains=chains, encoder=encoder,
                          modes=modes)
     else:  # trained networks: an ensemble's members, or one with MC dropout masks
-        final = flatten(sampler.sample(loop.state), batched=chains > 1).cpu()
+        final = flatten(sampler.sample(loop.state), batched=True).cpu()
         post = Posterior(mconf, final.reshape(-1, final.shape[-1]),
                          config.mc_samples if mconf.dropout > 0 else 0, noise_std, encoder=encoder,
                          modes=modes)

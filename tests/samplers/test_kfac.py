@@ -236,8 +236,37 @@ def test_a_stacked_metric_hands_back_each_chains_own():
             assert torch.equal(moved[0][name], moved[1][name])
         assert stacked.member(c).damping == alone.damping
         assert stacked.member(c).blocks[0].qa.data_ptr() == stacked.blocks[0].qa[c].data_ptr()
-    with pytest.raises(ValueError, match="stack"):
-        metrics[0].member(0)
+    assert metrics[0].member(0) is metrics[0]  # one chain's metric: its own only member
+    assert KroneckerMetric.stack(metrics[:1]) is metrics[0]
+    with pytest.raises(ValueError, match="no member 1"):
+        metrics[0].member(1)
+
+
+def test_one_chains_metric_steps_a_batch_of_one_as_its_chain():
+    """One chain's metric steps that chain's tensors given as a batch of one (1, ...), and
+    as one level of a batch of levels (L, 1, ...), exactly as it steps them without the
+    chain dimension, and refuses a batch of two."""
+    energy, params, batches, (u, s, _) = linear_problem()
+    metric = estimate_kfac(energy, params, batches, torch.Generator().manual_seed(1), samples=2)
+    _, grads = energy_and_grads(energy, params, (u, s))
+    plain = {k: v.clone() for k, v in params.items()}
+    metric.step(plain, grads, lr=0.1, tau=1.0, generator=torch.Generator().manual_seed(3))
+    one = {k: v.clone()[None] for k, v in params.items()}
+    metric.step(one, {k: g[None] for k, g in grads.items()}, lr=0.1, tau=1.0,
+                generator=torch.Generator().manual_seed(3))
+    levels = {k: torch.stack([v, v])[:, None].clone() for k, v in params.items()}
+    metric.step(levels, {k: torch.stack([g, g])[:, None] for k, g in grads.items()},
+                lr=(0.1, 0.1), tau=(1.0, 1.0), generator=torch.Generator().manual_seed(3))
+    plain_levels = {k: torch.stack([v, v]).clone() for k, v in params.items()}
+    metric.step(plain_levels, {k: torch.stack([g, g]) for k, g in grads.items()},
+                lr=(0.1, 0.1), tau=(1.0, 1.0), generator=torch.Generator().manual_seed(3))
+    for k in params:
+        assert torch.equal(one[k][0], plain[k])
+        assert torch.equal(levels[k][:, 0], plain_levels[k])
+    with pytest.raises(ValueError, match="several chains"):
+        metric.step({k: torch.stack([v, v]) for k, v in params.items()},
+                    {k: torch.stack([g, g]) for k, g in grads.items()}, lr=0.1, tau=1.0,
+                    generator=torch.Generator())
 
 
 def test_end_stiffness_is_the_largest_over_the_chains():

@@ -16,7 +16,6 @@ from bdeeponet.samplers.langevin import Chain, energy_and_grads, langevin_update
 from bdeeponet.samplers.resgld import equalise_ladder
 from bdeeponet.samplers.swap import (
     RunningVariance,
-    accept_swap,
     paired_variance,
     swap_log_rate,
 )
@@ -54,7 +53,9 @@ def test_two_replicas_are_the_papers_algorithm_step_for_step():
         v1, g1 = energy_and_grads(energy, cold.params, (u[idx], s[idx]))
         v2, g2 = energy_and_grads(energy, hot.params, (u[idx], s[idx]))
         v = var.update(paired_variance(v1.terms, v2.terms, v1.scale, v1.n_total))
-        if accept_swap(swap_log_rate(float((v1.total - v2.total).detach()), v, t1, t2), g_ref):
+        log_rate = swap_log_rate(float((v1.total - v2.total).detach()), float(v), t1, t2)
+        uniform = float(torch.rand((), generator=g_ref, dtype=torch.float64))
+        if math.log(uniform) < log_rate:  # the Metropolis test, u ~ U(0, 1) every step
             cold, hot, g1, g2 = hot, cold, g2, g1
             swaps += 1
         langevin_update(cold, g1, lr, t1, g_ref)

@@ -3,6 +3,8 @@ batch, generator, index=None)``, ``end_burn_in(state, energy, data, generator)``
 ``sample(state)``. With ``chains=C`` every tensor of ``params`` has a leading dimension of C
 and C independent chains (or, for :class:`DeepEnsemble`, networks) advance as one batch;
 the batch ``(u, s)`` may then be (C, n, ...) (each chain its own minibatch) or shared.
+One chain is a batch of one: ``init(params)`` with one set of parameters keeps them so,
+and ``sample`` hands them back without the chain dimension.
 
 They work on any torch model through ``torch.func.functional_call``. At their defaults the
 SG-MCMC samplers optimise during burn-in (the warm start), and ``end_burn_in`` estimates the

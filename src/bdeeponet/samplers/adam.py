@@ -55,7 +55,8 @@ class AdamDropout:
         pass
 
     def sample(self, state: AdamState) -> Params:
-        return state.chain.params
+        """The network's (networks') parameters, in the form ``init`` was given them."""
+        return state.chain.as_given()
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,12 @@ class KroneckerMetric:
         """In place, for the tensors named in ``grads``:
         ``θ ← θ − η M ∇ + sqrt(2 η τ) M^½ ξ``. ``lr`` and ``tau`` are numbers, or tuples of
         L numbers for parameters with a leading dimension of L levels (replica exchange's
-        temperatures stepped as one batch, the metric broadcast over them)."""
+        temperatures stepped as one batch, the metric broadcast over them). The tensors
+        carry a chain dimension (C, after the levels' one) for a :meth:`stack` of C chains'
+        metrics; one chain's metric takes its chain's tensors with or without it."""
+        if not self.stacked:
+            params, grads = _without_chain_dim(params, grads, 1 if isinstance(lr, tuple) else 0,
+                                               self._reference_dims(grads))
         if isinstance(lr, tuple):
             return self._step_levels(params, grads, lr, tau, generator)
         noise_scale = (2 * lr * tau) ** 0.5
@@ -146,10 +151,27 @@ class KroneckerMetric:
                 out[name] = v[name] * inv_sqrt.to(v[name].dtype)
         return out
 
+    @property
+    def stacked(self) -> bool:
+        """Whether this is a :meth:`stack` of several chains' metrics."""
+        return torch.is_tensor(self.damping)
+
+    def _reference_dims(self, grads: dict[str, torch.Tensor]) -> tuple[str, int] | None:
+        """A tensor named in ``grads`` and the number of dimensions one chain's gradient of
+        it has (None if ``grads`` names none of this metric's tensors)."""
+        for blk in self.blocks:
+            if blk.weight in grads:
+                return blk.weight, blk.precision.dim()
+        return next(((n, p.dim()) for n, p in self.diag_precision.items() if n in grads), None)
+
     @classmethod
     def stack(cls, metrics: list[KroneckerMetric]) -> KroneckerMetric:
         """One metric for C chains from the C chains' own (each with its own damping): its
-        tensors gain a leading dimension of C and :meth:`step` moves parameters (C, ...)."""
+        tensors gain a leading dimension of C and :meth:`step` moves parameters (C, ...).
+        The stack of one chain's metric is that metric (it steps a batch of one as its one
+        chain, with the arithmetic of unbatched tensors)."""
+        if len(metrics) == 1:
+            return metrics[0]
         blocks = []
         for parts in zip(*(m.blocks for m in metrics), strict=True):
             blk = KroneckerBlock(parts[0].weight, parts[0].bias,
@@ -168,9 +190,12 @@ class KroneckerMetric:
         return out
 
     def member(self, c: int) -> KroneckerMetric:
-        """Chain ``c``'s metric out of a :meth:`stack` (views, no copies)."""
-        if torch.as_tensor(self.damping).dim() == 0:
-            raise ValueError("member() takes one chain's metric out of a stack; this is one chain's")
+        """Chain ``c``'s metric out of a :meth:`stack` (views, no copies); one chain's
+        metric is its own member 0."""
+        if not self.stacked:
+            if c != 0:
+                raise ValueError(f"this is one chain's metric: it has no member {c}")
+            return self
         out = self.__class__.__new__(self.__class__)
         out.blocks = []
         for blk in self.blocks:
@@ -192,6 +217,19 @@ class KroneckerMetric:
                 if (blk.weight in members) != (blk.bias in members):
                     raise ValueError(f"group '{name}' holds only one of {blk.weight} and "
                                      f"{blk.bias}; a layer's weight and bias must share a group")
+
+
+def _without_chain_dim(params: Params, grads: dict[str, torch.Tensor], dim: int,
+                       reference: tuple[str, int] | None):
+    """``params`` and ``grads`` without dimension ``dim`` (of size 1) where they carry one
+    chain's tensors as a batch of one: ``reference`` (a name, its dimensions without it)
+    tells whether they do. Views: an update of them writes the caller's tensors."""
+    if reference is None or grads[reference[0]].dim() == reference[1] + dim:
+        return params, grads
+    if grads[reference[0]].shape[dim] != 1:
+        raise ValueError("one chain's metric cannot step several chains: stack their metrics")
+    return ({n: p.squeeze(dim) for n, p in params.items()},
+            {n: g.squeeze(dim) for n, g in grads.items()})
 
 
 def _in_eigenbasis(blk: KroneckerBlock, grads: dict[str, torch.Tensor]):

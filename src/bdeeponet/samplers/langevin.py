@@ -30,17 +30,19 @@ from ..energy import EnergyValue, GaussianEnergy, Params, autograd_value_and_gra
 
 
 class Chain:
-    """One particle, or C particles as a batch: the parameters and the step count.
+    """C particles as one batch (C = 1 for one chain): the parameters and the step count.
 
-    All tensors live in one flat buffer ``flat`` laid out in ``order`` (m-reSGLD lists a
-    group's names together, so each group is one contiguous slice); ``params`` maps each
-    name, in the caller's order, to a view into it. The Langevin update is then a handful
-    of operations on one vector instead of a handful per tensor.
+    All tensors live in one flat buffer ``flat`` (C, p) laid out in ``order`` (m-reSGLD
+    lists a group's names together, so each group is one contiguous slice); ``params`` maps
+    each name, in the caller's order, to a view (C, ...) into it. The Langevin update is
+    then a handful of operations on one buffer instead of a handful per tensor, and C
+    independent chains advance in one batched computation (the DeepONet, the energy and
+    the metrics all accept such parameters). Slices of the layout (``span``) index the
+    last dimension.
 
-    With ``chains=C`` every tensor of ``params`` has a leading dimension of C (one set of
-    parameters per chain), ``flat`` is (C, p) and the views are (C, ...): C independent
-    chains advance in one batched computation (the DeepONet, the energy and the metrics
-    all accept such parameters). Slices of the layout (``span``) index the last dimension.
+    ``params`` given with ``chains=C`` hold a leading dimension of C; given without
+    (``chains=None``) they are one set of parameters, kept as a batch of one, and
+    :meth:`as_given` hands them back without the chain dimension.
     """
 
     def __init__(self, params: Params, order: list[str] | None = None,
@@ -48,13 +50,16 @@ class Chain:
         order = list(params) if order is None else list(order)
         if sorted(order) != sorted(params):
             raise ValueError("order must list every parameter name exactly once")
-        lead = () if chains is None else (chains,)
-        if any(tuple(p.shape[: len(lead)]) != lead for p in params.values()):
+        self.single = chains is None
+        lead = 0 if chains is None else 1
+        if chains is not None and any(p.dim() == 0 or p.shape[0] != chains
+                                      for p in params.values()):
             raise ValueError(f"with chains={chains} every tensor needs a leading dimension of {chains}")
-        shapes = {name: p.shape[len(lead):] for name, p in params.items()}  # caller's order
+        shapes = {name: p.shape[lead:] for name, p in params.items()}  # caller's order
         first = next(iter(params.values()))
         sizes = {name: shape.numel() for name, shape in shapes.items()}
-        self.flat = torch.empty(*lead, sum(sizes.values()), dtype=first.dtype, device=first.device)
+        self.flat = torch.empty(chains or 1, sum(sizes.values()), dtype=first.dtype,
+                                device=first.device)
         self.offsets: dict[str, tuple[int, int]] = {}
         start = 0
         for name in order:
@@ -63,18 +68,23 @@ class Chain:
         self.shapes = shapes
         self._make_views()
         for name, p in params.items():
-            self.params[name].copy_(p.detach())
+            self.params[name].copy_(p.detach())  # (one set: broadcast into the batch of one)
         self.step = 0
 
     @property
-    def n_chains(self) -> int | None:
-        """C for a batch of chains, None for one chain."""
-        return self.flat.shape[0] if self.flat.dim() == 2 else None
+    def n_chains(self) -> int:
+        """C, the particles in the batch."""
+        return self.flat.shape[0]
+
+    def as_given(self) -> Params:
+        """``params`` in the form they were given: without the chain dimension for one
+        set of parameters (``chains=None``)."""
+        return {n: p[0] for n, p in self.params.items()} if self.single else self.params
 
     def _make_views(self) -> None:
-        lead = self.flat.shape[:-1]
+        lead = self.flat.shape[0]
         self.params: Params = {
-            name: self.flat[..., slice(*self.offsets[name])].view((*lead, *shape))
+            name: self.flat[:, slice(*self.offsets[name])].view((lead, *shape))
             for name, shape in self.shapes.items()
         }
 
@@ -85,14 +95,14 @@ class Chain:
         self.__dict__.update(state)
         self._make_views()
 
-    def rows(self, k: int, width: int | None) -> Chain:
+    def rows(self, k: int, width: int) -> Chain:
         """Level ``k`` of a batch that stacks several levels of ``width`` chains each: a
-        Chain whose buffer is a view of this one's rows, row ``k`` (one particle a level,
-        ``width`` None) or rows ``k·width`` to ``(k+1)·width − 1``. Writing either writes
-        both; replica exchange keeps its levels so, to step them all as one batch."""
+        Chain whose buffer is a view of rows ``k·width`` to ``(k+1)·width − 1`` of this
+        one's. Writing either writes both; replica exchange keeps its levels so, to step
+        them all as one batch."""
         out = object.__new__(Chain)
         out.flat = self.flat[level_rows(k, width)]
-        out.offsets, out.shapes, out.step = self.offsets, self.shapes, 0
+        out.offsets, out.shapes, out.step, out.single = self.offsets, self.shapes, 0, self.single
         out._make_views()
         return out
 
@@ -107,13 +117,13 @@ class Chain:
     def flat_grad(self, grads: dict[str, torch.Tensor]) -> tuple[slice, torch.Tensor]:
         """``(span, gradient vector)`` of ``grads`` in the layout order."""
         names = sorted(grads, key=lambda n: self.offsets[n][0])
-        lead = self.flat.shape[:-1]
-        return self.span(names), torch.cat([grads[n].reshape(*lead, -1) for n in names], dim=-1)
+        lead = self.flat.shape[0]
+        return self.span(names), torch.cat([grads[n].reshape(lead, -1) for n in names], dim=-1)
 
 
-def level_rows(k: int, width: int | None) -> int | slice:
-    """The index of level k in a batch of levels of ``width`` chains each (None: one)."""
-    return k if width is None else slice(k * width, (k + 1) * width)
+def level_rows(k: int, width: int) -> slice:
+    """The rows of level k in a batch of levels of ``width`` chains each."""
+    return slice(k * width, (k + 1) * width)
 
 
 @dataclass

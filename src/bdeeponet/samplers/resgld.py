@@ -50,7 +50,6 @@ from .langevin import (
 from .sgld import LangevinSettings, Sampling, gradients, move, sampling_report, start_sampling
 from .swap import (
     RunningVariance,
-    accept_swap,
     accept_swaps,
     communication_barrier,
     estimator_variance,
@@ -137,10 +136,11 @@ class ReSGLD(LangevinSettings):
         of ``params`` with a leading dimension of C (see :class:`~.langevin.Chain`): each
         level is one batch of C particles, ladder c is row c of every level."""
         K, width = self.replicas, chains or 1
-        tiled = {n: p.expand(K, *p.shape) if chains is None else p.repeat(K, *[1] * (p.dim() - 1))
-                 for n, p in params.items()}
+        batch = params if chains else {n: p.unsqueeze(0) for n, p in params.items()}
+        tiled = {n: p.repeat(K, *[1] * (p.dim() - 1)) for n, p in batch.items()}
         together = Chain(tiled, self.layout(params), K * width)
-        levels = [together.rows(k, chains) for k in range(K)]
+        together.single = chains is None  # (sample gives the cold level as init was given)
+        levels = [together.rows(k, width) for k in range(K)]
         return ReplicaState(
             chains=levels, together=together,
             preconds=[self.preconditioner() for _ in range(K)],
@@ -197,24 +197,17 @@ class ReSGLD(LangevinSettings):
                                                      values[k].scale, values[k].n_total))
         for k, v in enumerate(values):
             state.replica_var[k].update(estimator_variance(v.terms, v.scale, v.n_total))
-        batched = width is not None
         swapped_pair0, rate0, n_accepted, n_offered = False, float("nan"), 0, 0
         for k in self.pairs(state.n_steps, K):
             delta = (values[k].total - values[k + 1].total).detach().double()
-            log_rate = swap_log_rate(delta if batched else float(delta), state.swap_var[k].value,
-                                     state.taus[k], state.taus[k + 1])
-            if batched:
-                accept = accept_swaps(log_rate, generator)
-                rejection = (1 - log_rate.clamp(max=0.0).exp()).tolist()
-                accept_list = accept.tolist()
-            else:
-                accept_list = [accept_swap(log_rate, generator)]
-                rejection = [1 - math.exp(min(0.0, log_rate))]
+            log_rate = swap_log_rate(delta, state.swap_var[k].value, state.taus[k],
+                                     state.taus[k + 1])
+            accept = accept_swaps(log_rate, generator)
+            rejection = (1 - log_rate.clamp(max=0.0).exp()).tolist()
+            accept_list = accept.tolist()
             if k == 0:
-                state.log_rate_sum = state.log_rate_sum + (
-                    log_rate.clamp(max=0.0) if batched else min(0.0, log_rate))
-                state.energy_gap_sum = state.energy_gap_sum - delta if batched \
-                    else state.energy_gap_sum - float(delta)
+                state.log_rate_sum = state.log_rate_sum + log_rate.clamp(max=0.0)
+                state.energy_gap_sum = state.energy_gap_sum - delta
                 swapped_pair0 = any(accept_list)
                 rate0 = 1 - sum(rejection) / len(rejection)
             self._record(state, k, accept_list, rejection)
@@ -223,7 +216,7 @@ class ReSGLD(LangevinSettings):
                 if grads is None:  # level j's rows (the hot levels': the names they train)
                     grads = [{n: g[level_rows(j, width)] for n, g in stacked.items()
                               if j == 0 or active is None or n in active} for j in range(K)]
-                grads = self._exchange(state, k, accept if batched else None, grads, active)
+                grads = self._exchange(state, k, accept, grads, active)
         if swapped_pair0 and active is not None:  # the new cold particles: a full gradient
             _, grads[0] = gradients(energy, state.chains[0], batch, None, state.sampling, index)
         if together:  # the gradients as computed, or re-stacked after an exchange
@@ -259,17 +252,16 @@ class ReSGLD(LangevinSettings):
                             active: list[str] | None) -> tuple[list, dict]:
         """Every level's energy, and the gradients of all levels' particles (rows as in
         ``state.together``), from one forward and backward pass over the batch of all K
-        levels (they share the minibatch; C chains' batch (C, n, ...) is repeated for each
+        levels (they share the minibatch; a batch of each chain's own, (C, n, ...), is repeated for each
         level). With m-reSGLD's ``active`` names, the other tensors' gradients are computed
         for the cold level's rows only: the hot levels' backward pass skips that net."""
         K, width = len(state.chains), state.chains[0].n_chains
-        if width is not None:
+        if batch[1].dim() == 3:  # each chain its own minibatch: each level the same ones
             batch = tuple(x.repeat(K, *[1] * (x.dim() - 1)) for x in batch)
         params = state.together.params
-        partial = None if active is None else ([n for n in params if n not in active], width or 1)
+        partial = None if active is None else ([n for n in params if n not in active], width)
         value, grads = energy_and_grads(energy, params, batch, partial=partial)
-        total, terms = (value.total, value.terms) if width is None else \
-            (value.total.view(K, width), value.terms.view(K, width, -1))
+        total, terms = value.total.view(K, width), value.terms.view(K, width, -1)
         return [EnergyValue(total[k], terms[k], value.scale, value.n_total) for k in range(K)], grads
 
     def _move_together(self, state: ReplicaState, grads: dict | list, active: list[str] | None,
@@ -283,15 +275,14 @@ class ReSGLD(LangevinSettings):
         lr = tuple(min(self.step_size if k == 0 else self.hot_lr, sampling.max_lr) for k in range(K))
         params = chain.params
         if isinstance(grads, list):
-            join = torch.stack if width is None else torch.cat
-            every = {n: join([g[n] for g in grads]) for n in grads[-1]}
+            every = {n: torch.cat([g[n] for g in grads]) for n in grads[-1]}
             cold = {n: g for n, g in grads[0].items() if n not in every}
         else:
             every = {n: g for n, g in grads.items() if active is None or n in active}
             cold = {n: g[level_rows(0, width)] for n, g in grads.items() if n not in every}
-        if width is not None:  # C chains' stacked metric: parameters and gradients (K, C, ...)
-            params = {n: p.view(K, width, *p.shape[1:]) for n, p in params.items()}
-            every = {n: g.view(K, width, *g.shape[1:]) for n, g in every.items()}
+        # the chains' stacked metric: parameters and gradients (K, C, ...)
+        params = {n: p.view(K, width, *p.shape[1:]) for n, p in params.items()}
+        every = {n: g.view(K, width, *g.shape[1:]) for n, g in every.items()}
         sampling.metric.step(params, every, lr, tuple(state.taus), generator)
         if cold:
             sampling.metric.step({n: params[n][0] for n in cold}, cold, lr[0], state.taus[0],
@@ -322,22 +313,13 @@ class ReSGLD(LangevinSettings):
                 state.last_end[lo][c] = 1
 
     @staticmethod
-    def _exchange(state: ReplicaState, k: int, mask: torch.Tensor | None, grads: list,
+    def _exchange(state: ReplicaState, k: int, mask: torch.Tensor, grads: list,
                   active: list[str] | None) -> list:
-        """Levels k and k+1 exchange their particles (all of them when ``mask`` is None: one
-        chain, the Chain objects trade places; else the rows of C chains where ``mask``),
-        and with them their gradients. Level 0's gradient is recomputed by the caller when
-        it came from a partial step (m-reSGLD)."""
+        """Levels k and k+1 exchange their particles in the chains (rows) where ``mask``
+        (C,), and with them their gradients. Level 0's gradient is recomputed by the caller
+        when it came from a partial step (m-reSGLD)."""
         grads = list(grads)
         a, b = state.chains[k], state.chains[k + 1]
-        if mask is None:  # (the data, not the Chain objects: they may view one batch)
-            held = a.flat.clone()
-            a.flat.copy_(b.flat)
-            b.flat.copy_(held)
-            grads[k], grads[k + 1] = grads[k + 1], grads[k]
-            if k == 0 and active is not None:
-                grads[1] = {n: grads[1][n] for n in active}
-            return grads
         rows = mask.nonzero()[:, 0]
         held = a.flat[rows].clone()
         a.flat[rows] = b.flat[rows]
@@ -405,7 +387,7 @@ class ReSGLD(LangevinSettings):
         d = state.chains[0].flat.shape[-1]
         t0, t1 = state.taus[0], state.taus[1]
         n = max(state.attempts[0], 1)  # attempts of pair (0, 1), over all C chains
-        width = state.chains[0].n_chains or 1
+        width = state.chains[0].n_chains
         var = _mean(state.swap_var[0].value)
         gap = _mean(state.energy_gap_sum) * width / n
         log_rate_sum = _mean(state.log_rate_sum) * width
@@ -435,7 +417,8 @@ class ReSGLD(LangevinSettings):
             freeze(state.preconds)
 
     def sample(self, state: ReplicaState) -> Params:
-        return state.chains[0].params
+        """The cold level's parameters, in the form ``init`` was given them."""
+        return state.chains[0].as_given()
 
 
 def _mean(x) -> float:

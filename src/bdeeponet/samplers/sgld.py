@@ -89,19 +89,12 @@ def start_sampling(settings: LangevinSettings, chain: Chain, energy, data, gener
         raise ValueError("end_burn_in needs the energy, the training data (u, s) and the "
                          "generator to estimate the metric (metric='kfac')")
     batches = metric_batches(data)
-    if chain.n_chains is None:
-        metric = estimate_kfac(energy, chain.params, batches, generator, settings.fisher_samples)
-        lam = tame(energy, metric, chain.params, batches[:3], generator)
-    else:  # each chain's own metric at its own warm start, one after the other
-        if settings.control_variate:
-            raise ValueError("the control variate is not available with several chains yet")
-        metrics, lams = [], []
-        for c in range(chain.n_chains):
-            params = {n: p[c] for n, p in chain.params.items()}
-            metrics.append(estimate_kfac(energy, params, batches, generator,
-                                         settings.fisher_samples))
-            lams.append(tame(energy, metrics[-1], params, batches[:3], generator))
-        metric, lam = KroneckerMetric.stack(metrics), max(lams)
+    metrics, lams = [], []
+    for c in range(chain.n_chains):  # each chain's own metric at its own warm start
+        params = {n: p[c] for n, p in chain.params.items()}
+        metrics.append(estimate_kfac(energy, params, batches, generator, settings.fisher_samples))
+        lams.append(tame(energy, metrics[-1], params, batches[:3], generator))
+    metric, lam = KroneckerMetric.stack(metrics), max(lams)
     cv = ControlVariate.at(energy, chain, data) if settings.control_variate else None
     return Sampling(metric, cv, settings.max_stiffness / lam, lam)
 
@@ -140,8 +133,6 @@ def end_stiffness(state, energy, data, generator: torch.Generator) -> float | No
         return None
     chain = state.chain if hasattr(state, "chain") else state.chains[0]
     batches = metric_batches(data)[:3]
-    if chain.n_chains is None:
-        return stiffness(energy, sampling.metric, chain.params, batches, generator)
     return max(stiffness(energy, sampling.metric.member(c), {n: p[c] for n, p in chain.params.items()},
                          batches, generator) for c in range(chain.n_chains))
 
@@ -259,4 +250,5 @@ class SGLD(LangevinSettings):
             freeze([state.precond])
 
     def sample(self, state: SGLDState) -> Params:
-        return state.chain.params
+        """The chain's parameters, in the form ``init`` was given them."""
+        return state.chain.as_given()

@@ -47,17 +47,9 @@ def estimator_variance(terms: torch.Tensor, scale: float, n_total: int):
     return float(v) if terms.dim() == 1 else v
 
 
-def accept_swap(log_rate: float, generator: torch.Generator) -> bool:
-    """Metropolis test ``u < r̂`` with ``u ~ U(0, 1)`` from ``generator``."""
-    if log_rate >= 0:
-        torch.rand((), generator=generator, device=generator.device)  # stream independent of the outcome
-        return True
-    u = torch.rand((), generator=generator, dtype=torch.float64, device=generator.device)
-    return math.log(float(u)) < log_rate
-
-
 def accept_swaps(log_rate: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """:func:`accept_swap` for C pairs at once: a bool tensor (C,)."""
+    """The Metropolis test ``u < r̂`` of C pairs at once, ``u ~ U(0, 1)`` (float64) drawn
+    from ``generator`` whatever the outcome: a bool tensor (C,)."""
     u = torch.rand(log_rate.shape, generator=generator, dtype=torch.float64,
                    device=generator.device)
     return u.log() < log_rate
