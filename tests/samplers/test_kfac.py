@@ -243,9 +243,10 @@ def test_a_stacked_metric_hands_back_each_chains_own():
 
 
 def test_one_chains_metric_steps_a_batch_of_one_as_its_chain():
-    """One chain's metric steps that chain's tensors given as a batch of one (1, ...), and
-    as one level of a batch of levels (L, 1, ...), exactly as it steps them without the
-    chain dimension, and refuses a batch of two."""
+    """One chain's metric steps that chain's tensors given as a batch of one (1, ...)
+    exactly as it steps them without the chain dimension, and refuses a batch of two; a
+    stack of two metrics steps levels of two chains, rows (L·2, ...), as each chain's metric
+    steps its own rows (L, ...)."""
     energy, params, batches, (u, s, _) = linear_problem()
     metric = estimate_kfac(energy, params, batches, torch.Generator().manual_seed(1), samples=2)
     _, grads = energy_and_grads(energy, params, (u, s))
@@ -254,15 +255,22 @@ def test_one_chains_metric_steps_a_batch_of_one_as_its_chain():
     one = {k: v.clone()[None] for k, v in params.items()}
     metric.step(one, {k: g[None] for k, g in grads.items()}, lr=0.1, tau=1.0,
                 generator=torch.Generator().manual_seed(3))
-    levels = {k: torch.stack([v, v])[:, None].clone() for k, v in params.items()}
-    metric.step(levels, {k: torch.stack([g, g])[:, None] for k, g in grads.items()},
-                lr=(0.1, 0.1), tau=(1.0, 1.0), generator=torch.Generator().manual_seed(3))
-    plain_levels = {k: torch.stack([v, v]).clone() for k, v in params.items()}
-    metric.step(plain_levels, {k: torch.stack([g, g]) for k, g in grads.items()},
-                lr=(0.1, 0.1), tau=(1.0, 1.0), generator=torch.Generator().manual_seed(3))
     for k in params:
         assert torch.equal(one[k][0], plain[k])
-        assert torch.equal(levels[k][:, 0], plain_levels[k])
+    other = estimate_kfac(energy, params, batches, torch.Generator().manual_seed(2), samples=2)
+    stacked = KroneckerMetric.stack([metric, other])
+    rows = {k: torch.stack([v, v + 0.1, v + 0.2, v + 0.3]) for k, v in params.items()}  # (L·C)
+    steps = {k: torch.stack([g, 2 * g, 3 * g, 4 * g]) for k, g in grads.items()}
+    zero = torch.Generator()
+    zero.manual_seed(5)
+    together = {k: v.clone() for k, v in rows.items()}
+    stacked.step(together, steps, lr=(0.1, 0.2), tau=(0.0, 0.0), generator=zero)
+    for c, alone in enumerate((metric, other)):  # τ = 0: the drift only, no draws to align
+        mine = {k: v[c::2].clone() for k, v in rows.items()}  # chain c's rows (L, ...)
+        alone.step(mine, {k: g[c::2] for k, g in steps.items()}, lr=(0.1, 0.2), tau=(0.0, 0.0),
+                   generator=zero)
+        for k in params:
+            assert torch.allclose(together[k][c::2], mine[k], rtol=1e-6, atol=1e-7), (c, k)
     with pytest.raises(ValueError, match="several chains"):
         metric.step({k: torch.stack([v, v]) for k, v in params.items()},
                     {k: torch.stack([g, g]) for k, g in grads.items()}, lr=0.1, tau=1.0,

@@ -84,16 +84,19 @@ class KroneckerMetric:
     def step(self, params: Params, grads: dict[str, torch.Tensor], lr: float | tuple[float, ...],
              tau: float | tuple[float, ...], generator: torch.Generator) -> None:
         """In place, for the tensors named in ``grads``:
-        ``θ ← θ − η M ∇ + sqrt(2 η τ) M^½ ξ``. ``lr`` and ``tau`` are numbers, or tuples of
-        L numbers for parameters with a leading dimension of L levels (replica exchange's
-        temperatures stepped as one batch, the metric broadcast over them). The tensors
-        carry a chain dimension (C, after the levels' one) for a :meth:`stack` of C chains'
-        metrics; one chain's metric takes its chain's tensors with or without it."""
-        if not self.stacked:
-            params, grads = _without_chain_dim(params, grads, 1 if isinstance(lr, tuple) else 0,
-                                               self._reference_dims(grads))
+        ``θ ← θ − η M ∇ + sqrt(2 η τ) M^½ ξ``. The tensors are (C, ...), C chains, for a
+        :meth:`stack` of C chains' metrics; one chain's metric takes its chain's tensors with
+        or without that dimension. ``lr`` and ``tau`` are numbers, or tuples of L numbers
+        for L levels (replica exchange's temperatures stepped as one batch, the metric
+        broadcast over them): the tensors then hold the levels' rows one level after the
+        other, (L·C, ...) ((L, ...) for one chain)."""
         if isinstance(lr, tuple):
+            if self.stacked:  # (L·C, ...) -> (L, C, ...)
+                params = {n: p.view(len(lr), -1, *p.shape[1:]) for n, p in params.items()}
+                grads = {n: g.view(len(lr), -1, *g.shape[1:]) for n, g in grads.items()}
             return self._step_levels(params, grads, lr, tau, generator)
+        if not self.stacked:
+            params, grads = _without_chain_dim(params, grads, self._reference_dims(grads))
         noise_scale = (2 * lr * tau) ** 0.5
         for blk in self.blocks:
             if blk.weight in grads:
@@ -219,17 +222,18 @@ class KroneckerMetric:
                                      f"{blk.bias}; a layer's weight and bias must share a group")
 
 
-def _without_chain_dim(params: Params, grads: dict[str, torch.Tensor], dim: int,
+def _without_chain_dim(params: Params, grads: dict[str, torch.Tensor],
                        reference: tuple[str, int] | None):
-    """``params`` and ``grads`` without dimension ``dim`` (of size 1) where they carry one
-    chain's tensors as a batch of one: ``reference`` (a name, its dimensions without it)
-    tells whether they do. Views: an update of them writes the caller's tensors."""
-    if reference is None or grads[reference[0]].dim() == reference[1] + dim:
+    """``params`` and ``grads`` without their leading dimension (of size 1) where they
+    carry one chain's tensors as a batch of one: ``reference`` (a name, its dimensions
+    without it) tells whether they do. Views: an update of them writes the caller's
+    tensors."""
+    if reference is None or grads[reference[0]].dim() == reference[1]:
         return params, grads
-    if grads[reference[0]].shape[dim] != 1:
+    if grads[reference[0]].shape[0] != 1:
         raise ValueError("one chain's metric cannot step several chains: stack their metrics")
-    return ({n: p.squeeze(dim) for n, p in params.items()},
-            {n: g.squeeze(dim) for n, g in grads.items()})
+    return ({n: p.squeeze(0) for n, p in params.items()},
+            {n: g.squeeze(0) for n, g in grads.items()})
 
 
 def _in_eigenbasis(blk: KroneckerBlock, grads: dict[str, torch.Tensor]):

@@ -252,8 +252,8 @@ class ReSGLD(LangevinSettings):
                             active: list[str] | None) -> tuple[list, dict]:
         """Every level's energy, and the gradients of all levels' particles (rows as in
         ``state.together``), from one forward and backward pass over the batch of all K
-        levels (they share the minibatch; a batch of each chain's own, (C, n, ...), is repeated for each
-        level). With m-reSGLD's ``active`` names, the other tensors' gradients are computed
+        levels (they share the minibatch: a batch of each chain's own, (C, n, ...), is
+        repeated for each level). With m-reSGLD's ``active`` names, the other tensors' gradients are computed
         for the cold level's rows only: the hot levels' backward pass skips that net."""
         K, width = len(state.chains), state.chains[0].n_chains
         if batch[1].dim() == 3:  # each chain its own minibatch: each level the same ones
@@ -280,12 +280,10 @@ class ReSGLD(LangevinSettings):
         else:
             every = {n: g for n, g in grads.items() if active is None or n in active}
             cold = {n: g[level_rows(0, width)] for n, g in grads.items() if n not in every}
-        # the chains' stacked metric: parameters and gradients (K, C, ...)
-        params = {n: p.view(K, width, *p.shape[1:]) for n, p in params.items()}
-        every = {n: g.view(K, width, *g.shape[1:]) for n, g in every.items()}
-        sampling.metric.step(params, every, lr, tuple(state.taus), generator)
+        sampling.metric.step(params, every, lr, tuple(state.taus), generator)  # (K·C, ...)
         if cold:
-            sampling.metric.step({n: params[n][0] for n in cold}, cold, lr[0], state.taus[0],
+            rows = level_rows(0, width)
+            sampling.metric.step({n: params[n][rows] for n in cold}, cold, lr[0], state.taus[0],
                                  generator)
         for level in state.chains:
             level.step += 1
