@@ -12,8 +12,7 @@ By default ``G`` keeps adapting after burn-in, as in pSGLD, whose neglected corr
 is O(1 − β). With ``freeze_metric=True`` the samplers freeze ``G`` at the end of burn-in
 (:func:`freeze`), and sampling is plain Langevin dynamics with a constant metric, exact up to
 the O(η) step error: the closed-form tests use it. On the DeepONet problems the frozen metric
-slowed the chains (anti-derivative, 1000 epochs: ESS 5–14 of 100 samples, band coverage
-e3 ≈ 72%) against the adaptive one (ESS 22, e3 ≈ 96%), hence the default.
+slowed the chains against the adaptive one, hence the default.
 With ``metric="identity"``, G = I and the step is the paper's equation (3.4). This
 module's diagonal metric is ``metric="rmsprop"``; the default metric is in :mod:`.kfac`.
 """

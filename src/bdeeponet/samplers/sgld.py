@@ -123,11 +123,10 @@ def end_stiffness(state, energy, data, generator: torch.Generator) -> float | No
 
     The metric and its damping are fixed at the warm start, where ``tame`` made this
     number at most about 4 and capped the step at ``max_stiffness / λ``. It grows as a
-    chain drifts away from the warm start (pendulum at σ = 0.05, 4000 epochs: 5.2 at the
-    warm start, 23.3 at the end; ``benchmarks/curvature.py`` follows one chain); once
-    ``η λ`` passes 2 a step overshoots and the chain diverges, so a run reports where it
-    ended. Power iteration reads ``|λ|max`` from below, so this can be low, not high. The
-    hot replicas of reSGLD are not measured."""
+    chain drifts away from the warm start (``benchmarks/curvature.py`` follows one chain;
+    docs/samplers.md); once ``η λ`` passes 2 a step overshoots and the chain diverges, so
+    a run reports where it ended. Power iteration reads ``|λ|max`` from below, so this can
+    be low, not high. The hot replicas of reSGLD are not measured."""
     sampling = getattr(state, "sampling", None)
     if sampling is None or sampling.metric is None:
         return None
@@ -141,10 +140,9 @@ def prior_relaxation_steps(metric: KroneckerMetric, step: float) -> float:
     """Iterations over which a direction that only the prior constrains relaxes under the
     damped metric: ``1 / (η M H)`` with ``M H = λ / (λ + δ)`` there, λ the prior precision of
     most parameters (each layer block's smallest precision, the median over parameters) and
-    δ the damping (the largest of the chains'). Undamped it is ``1/η``. On the paper grid's
-    pendulum at σ = 0.05 (δ ≈ 5e5, λ = 64, η = 0.038) it is about 2.2e5 iterations, some
-    24,000 epochs, against the 1000-2000 epochs a run samples: the drift of the energy
-    measured there (docs/samplers.md). Tensors outside a linear layer count too."""
+    δ the damping (the largest of the chains'). Undamped it is ``1/η``; what it is on the
+    paper's grid, against the epochs a run samples, is in docs/samplers.md. Tensors outside
+    a linear layer count too."""
     precisions = [b.precision for b in metric.blocks] + list(metric.diag_precision.values())
     floors = sorted((float(p.min()), p.numel()) for p in precisions)
     sizes = np.cumsum([n for _, n in floors])
