@@ -140,7 +140,10 @@ def test_relative_rows_measure_error_against_the_solutions_size():
     """A candidate whose draws and mean are both scaled by c keeps its relative row; a row's
     squared norm is its summed variance over its mean's squared norm; a mean of zero is
     floored at 1e-3 of the median norm, not divided by."""
-    from bdeeponet.acquire import relative_to
+    from bdeeponet.acquire import solution_norms
+
+    def relative_to(draws, mean):
+        return draws / solution_norms(mean)[:, None]
 
     rng = np.random.default_rng(3)
     draws, mean = rng.standard_normal((5, 12)), rng.standard_normal((5, 4)) + 2.0
@@ -152,3 +155,32 @@ def test_relative_rows_measure_error_against_the_solutions_size():
     mean[2] = 0.0
     floor = 1e-3 * np.median(np.linalg.norm(mean, axis=1))
     np.testing.assert_allclose(relative_to(draws, mean)[2], draws[2] / floor)
+
+
+def test_noisy_picks_condition_on_a_noisy_observation():
+    """With observation noise s_i², each greedy pick is the candidate whose noisy
+    observation removes the most variance from the pool, sum_j K_ji² / (K_ii + s_i²), on
+    the explicit matrix conditioned on the earlier noisy picks (K <- K - K_:i K_i: /
+    (K_ii + s_i²)); the noise differs between candidates."""
+    rng = np.random.default_rng(5)
+    features = rng.standard_normal((40, 6)) @ rng.standard_normal((6, 30))
+    noise = rng.uniform(0.0, 60.0, 40)
+    picks, scores = greedy_picks(features, 8, "reduction", noise=noise)
+    K = features @ features.T
+    for t, i in enumerate(picks):
+        gain = (K**2).sum(0) / (np.diag(K) + noise)
+        gain[picks[:t]] = -np.inf
+        assert scores[t] == pytest.approx(gain[i], rel=1e-8)
+        assert gain[i] >= gain.max() * (1 - 1e-8)
+        K = K - np.outer(K[:, i], K[i]) / (K[i, i] + noise[i])
+    assert list(picks) != list(greedy_picks(features, 8, "reduction")[0])  # the noise mattered
+
+
+def test_the_command_line_offers_every_criterion_and_error():
+    """The CLI spells the choices out (its --help needs no torch): they are acquire's."""
+    from bdeeponet.acquire import CRITERIA, ERRORS
+    from bdeeponet.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["acquire"]
+    choices = {a.dest: a.choices for a in sub._actions}
+    assert tuple(choices["criterion"]) == CRITERIA and tuple(choices["error"]) == ERRORS

@@ -13,7 +13,12 @@ near-duplicate of a pick has almost nothing left and is not taken. Two criteria:
   representative of what is not yet learnt;
 * ``variance``: the pick with the largest variance of its own, ``K_ii`` (a pivoted
   Cholesky factorisation of K, the greedy maximiser of the picks' joint log-determinant),
-  which favours the pool's outliers.
+  which favours the pool's outliers;
+* ``noisy``: ``reduction`` with the pick's solution observed through the data's noise,
+  ``sum_j K_ji² / (K_ii + s_i²)`` and ``K <- K - K_:i K_i: / (K_ii + s_i²)``, s_i² the
+  noise variance σ² of one measurement along the pick's direction of uncertainty (over the
+  squared norm of its predicted mean with ``error="relative"``): a candidate whose
+  uncertainty is below the noise is worth little.
 
 With ``error="relative"`` (default) each F_i is first divided by the norm of candidate i's
 predicted mean, so that K measures error against the solution's size, as e2 does.
@@ -30,7 +35,7 @@ import torch
 from .run import Run, as_run
 
 MAX_POINTS = 256
-CRITERIA = ("reduction", "variance")  # the first is the default
+CRITERIA = ("reduction", "variance", "noisy")  # the first is the default
 ERRORS = ("relative", "absolute")
 
 
@@ -56,22 +61,29 @@ def acquire(run: Run, u_pool, k: int, y=None, criterion: str = CRITERIA[0],
         raise ValueError(f"--criterion must be one of {', '.join(CRITERIA)}, got '{criterion}'")
     if error not in ERRORS:
         raise ValueError(f"--error must be one of {', '.join(ERRORS)}, got '{error}'")
-    features = _centred_draws(run, u, y, error == "relative")  # (n, M * P')
-    return greedy_picks(features, int(k), criterion)
+    features, mean = _centred_draws(run, u, y)  # (n, M * P'), (n, P')
+    scale = solution_norms(mean) if error == "relative" else np.ones(len(u))
+    noise = (run.posterior.noise_std / scale) ** 2 if criterion == "noisy" else None
+    return greedy_picks(features / scale[:, None], int(k),
+                        "variance" if criterion == "variance" else "reduction", noise=noise)
 
 
 def greedy_picks(features: np.ndarray, k: int, criterion: str = CRITERIA[0],
-                 block: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+                 block: int = 1024, noise: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """k greedy picks from the rows of ``features`` (n, D), ``K = features features^T``
     never formed: each pick i conditions K on itself, ``K <- K - K_:i K_i: / K_ii`` (a
     pivoted Cholesky step). ``criterion``: ``"reduction"`` takes the largest
     ``sum_j K_ji² / K_ii`` (``diag(K K)`` kept up to date by rank-one updates and computed
     afresh, in blocks of ``block`` rows, where the updates have cancelled most of a
     value's digits), ``"variance"`` the largest ``K_ii``. Scores: that value when picked.
-    Once the rows' span is exhausted, the rest go by their own variance, score 0."""
+    Once the rows' span is exhausted, the rest go by their own variance, score 0. ``noise``
+    (n,): each candidate's observation noise variance s_i², added to K_ii wherever a pick
+    is scored (``reduction``) and conditioned on (both criteria)."""
     n = features.shape[0]
     k = min(k, n)
     reduction = criterion == "reduction"
+    noise = np.zeros(n) if noise is None else np.asarray(noise, dtype=np.float64)
     marginal = np.einsum("ij,ij->i", features, features)
     left = marginal.copy()
     tol = 1e-12 * marginal.max(initial=0.0)
@@ -84,15 +96,16 @@ def greedy_picks(features: np.ndarray, k: int, criterion: str = CRITERIA[0],
         alive[picks] = False
         if not alive.any():
             break  # the draws explain nothing more
-        score = np.where(alive, g / np.where(alive, left, 1.0) if reduction else left, -np.inf)
+        observed = np.where(alive, left + noise, 1.0)  # K_ii + s_i²
+        score = np.where(alive, g / observed if reduction else left, -np.inf)
         i = int(np.argmax(score))
         if reduction and g[i] < 1e-6 * fresh[i]:  # rounding would now lead: recompute
             g = fresh = _diag_square(features, factors[:t], block)
-            score = np.where(alive, g / np.where(alive, left, 1.0), -np.inf)
+            score = np.where(alive, g / observed, -np.inf)
             i = int(np.argmax(score))
         picks.append(i)
         scores.append(float(score[i]))
-        f = (features @ features[i] - factors[:t].T @ factors[:t, i]) / np.sqrt(left[i])
+        f = (features @ features[i] - factors[:t].T @ factors[:t, i]) / np.sqrt(observed[i])
         if reduction:  # diag((K - f f^T)^2) from diag(K^2), K f and f
             kf = features @ (features.T @ f) - factors[:t].T @ (factors[:t] @ f)
             g = g - 2 * f * kf + f**2 * (f @ f)
@@ -117,7 +130,9 @@ def _diag_square(features: np.ndarray, factors: np.ndarray, block: int) -> np.nd
     return g
 
 
-def _centred_draws(run: Run, u: np.ndarray, y, relative: bool = False) -> np.ndarray:
+def _centred_draws(run: Run, u: np.ndarray, y) -> tuple[np.ndarray, np.ndarray]:
+    """``(F, mean)``: each candidate's M posterior draws at up to ``MAX_POINTS`` query
+    points, centred and over sqrt(M), as one row (n, M P'), and the draws' mean (n, P')."""
     post = run.posterior
     if not hasattr(post, "trajectories"):
         raise ValueError("acquire needs a sampled posterior (a DeepONet run), not the linear "
@@ -134,13 +149,13 @@ def _centred_draws(run: Run, u: np.ndarray, y, relative: bool = False) -> np.nda
     mean = draws.mean(0)
     draws = (draws - mean).numpy()  # (M, n, P')
     out = draws.transpose(1, 0, 2).reshape(len(u), -1) / np.sqrt(draws.shape[0])
-    return relative_to(out, mean.numpy()) if relative else out
+    return out, mean.numpy()
 
 
-def relative_to(features: np.ndarray, mean: np.ndarray) -> np.ndarray:
-    """``features`` (n, D), each row divided by the norm of its candidate's predicted mean
-    (``mean`` (n, P')), at least 1e-3 of the pool's median norm: a row's squared norm is
-    then the expected squared relative error of its prediction."""
+def solution_norms(mean: np.ndarray) -> np.ndarray:
+    """The norm of each candidate's predicted mean (``mean`` (n, P')), at least 1e-3 of the
+    pool's median norm: a row of draws divided by it has as its squared norm the expected
+    squared relative error of the prediction."""
     norm = np.linalg.norm(mean, axis=1)
-    return features / np.maximum(norm, 1e-3 * np.median(norm))[:, None]
+    return np.maximum(norm, 1e-3 * np.median(norm))
 

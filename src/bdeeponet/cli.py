@@ -248,10 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="run directory")
     p.add_argument("pool", help=".npz with 'u' (n, m): the candidate inputs")
     p.add_argument("--n", type=int, required=True, help="how many to pick")
-    p.add_argument("--criterion", choices=("reduction", "variance"),
+    p.add_argument("--criterion", choices=("reduction", "variance", "noisy"),
                    help="reduction (default): each pick the largest cut in the pool's total "
                    "predictive variance; variance: each pick the largest variance of its own "
-                   "left by the earlier picks")
+                   "left by the earlier picks; noisy: reduction with each pick's solution "
+                   "measured through the data's noise")
     p.add_argument("--error", choices=("relative", "absolute"),
                    help="relative (default): each candidate's variance over its predicted "
                    "solution's squared norm, as the relative error e2 weighs it; absolute: "
@@ -582,7 +583,7 @@ def cmd_acquire(args) -> None:
                                                score=scores, meta=np.asarray(meta)))
     kind = "relative " if error == "relative" else ""
     what = (f"the pool's {kind}predictive variance each pick removed"
-            if criterion == "reduction" else f"the {kind}predictive variance left at each pick")
+            if criterion != "variance" else f"the {kind}predictive variance left at each pick")
     print(f"wrote {args.out}: {len(picks)} of {len(u)} pool inputs ('u', 'index' into the "
           f"pool, 'score': {what})")
 
