@@ -213,8 +213,8 @@ class Setup:
     u: torch.Tensor
     s: torch.Tensor
     y: torch.Tensor
-    chains: int = 1
-    initial: dict | None = None
+    chains: int
+    initial: dict
     encoder: PCAEncoder | None = None  # applied to every raw input before the branch
     modes: TrunkModes | None = None  # appended to the query points before the trunk
     turns: tuple[torch.Tensor, torch.Tensor] | None = None  # symmetry_maps on the device

@@ -79,6 +79,24 @@ class Bimodal:
         return EnergyValue(u, u.detach()[..., None], 1.0, 1)
 
 
+def test_one_chain_takes_an_energy_written_for_one_set_of_parameters():
+    """One chain reaches the energy as a batch of one; an energy that returns its total as a
+    number (not (1,)) still drives reSGLD's swap test, as it did before one chain became a
+    batch of one."""
+
+    def energy(params, batch):
+        terms = 0.5 * params["x"].reshape(-1) ** 2
+        return EnergyValue(terms.sum(), terms.detach(), 1.0, 3)
+
+    for sampler in (SGLD(metric="identity", lr=1e-2), ReSGLD(metric="identity", lr=1e-2)):
+        state = sampler.init({"x": torch.ones(3)})
+        g = torch.Generator().manual_seed(0)
+        for _ in range(20):
+            sampler.step(state, energy, None, g)
+        x = sampler.sample(state)["x"]
+        assert x.shape == (3,) and torch.isfinite(x).all() and not torch.equal(x, torch.ones(3))
+
+
 def _cold_path(sampler, chains, steps, start=-2.5):
     theta = torch.full((chains, 1) if chains else (1,), start)
     state = sampler.init({"theta": theta}, chains=chains) if chains else sampler.init({"theta": theta})

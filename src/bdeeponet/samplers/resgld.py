@@ -199,7 +199,8 @@ class ReSGLD(LangevinSettings):
             state.replica_var[k].update(estimator_variance(v.terms, v.scale, v.n_total))
         swapped_pair0, rate0, n_accepted, n_offered = False, float("nan"), 0, 0
         for k in self.pairs(state.n_steps, K):
-            delta = (values[k].total - values[k + 1].total).detach().double()
+            # (C,); an energy written for one set of parameters gives one chain's as a number
+            delta = (values[k].total - values[k + 1].total).detach().double().reshape(-1)
             log_rate = swap_log_rate(delta, state.swap_var[k].value, state.taus[k],
                                      state.taus[k + 1])
             accept = accept_swaps(log_rate, generator)
