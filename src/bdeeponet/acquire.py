@@ -43,9 +43,10 @@ def acquire(run: Run, u_pool, k: int, y=None, criterion: str = CRITERIA[0],
             error: str = ERRORS[0]) -> tuple[np.ndarray, np.ndarray]:
     """``(indices (k,), scores (k,))``: the k picks of ``u_pool`` (n, m) in the order they
     were taken and each one's score when taken (summed over the points scored): the pool's
-    variance it removed (``criterion="reduction"``) or its own variance left
-    (``"variance"``). ``error="relative"`` (default): each candidate's draws divided by the
-    norm of its predicted mean (:func:`relative_to`), so that variance is measured against
+    variance it removed (``criterion="reduction"``, or ``"noisy"``, observed through the
+    run's noise) or its own variance left (``"variance"``). ``error="relative"`` (default):
+    each candidate's draws divided by the norm of its predicted mean
+    (:func:`solution_norms`), so that variance is measured against
     the solution's size, as e2 measures error; ``"absolute"``: as they are. ``y``: the
     query points (default: the run's training ones)."""
     run = as_run(run)
