@@ -254,8 +254,9 @@ class ReSGLD(LangevinSettings):
         """Every level's energy, and the gradients of all levels' particles (rows as in
         ``state.together``), from one forward and backward pass over the batch of all K
         levels (they share the minibatch: a batch of each chain's own, (C, n, ...), is
-        repeated for each level). With m-reSGLD's ``active`` names, the other tensors' gradients are computed
-        for the cold level's rows only: the hot levels' backward pass skips that net."""
+        repeated for each level). With m-reSGLD's ``active`` names, the other tensors'
+        gradients are computed for the cold level's rows only: the hot levels' backward pass
+        skips that net."""
         K, width = len(state.chains), state.chains[0].n_chains
         if batch[1].dim() == 3:  # each chain its own minibatch: each level the same ones
             batch = tuple(x.repeat(K, *[1] * (x.dim() - 1)) for x in batch)
