@@ -8,9 +8,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ..metrics import NOMINAL_LEVELS
-from .conformal import CONFORMAL_CONFIDENCE, _bonferroni
+from .conformal import _bonferroni
 from .levels import check_level, predictive_quantile, z_value
-from .scales import resolving_se, scale_settled, spread_off
+from .scales import SCALE_CONFIDENCE, resolving_se, scale_settled, spread_off
 
 
 @dataclass(frozen=True)
@@ -51,12 +51,12 @@ class Calibration:
     @property
     def interval(self) -> tuple[float, float] | None:
         """The likelihood's confidence interval for the raw band's scale, at
-        CONFORMAL_CONFIDENCE (90%): ``k̂ ×/÷ exp(z se)``; None where not checked."""
+        SCALE_CONFIDENCE (90%): ``k̂ ×/÷ exp(z se)``; None where not checked."""
         if self.likelihood is None:
             return None
         k, se = self.likelihood
         # a nearly flat likelihood has a huge se: cap the exponent below float overflow
-        f = math.exp(min(z_value(CONFORMAL_CONFIDENCE) * se, 700.0)) if math.isfinite(se) else math.inf
+        f = math.exp(min(z_value(SCALE_CONFIDENCE) * se, 700.0)) if math.isfinite(se) else math.inf
         return (k / f, k * f)
 
     @property

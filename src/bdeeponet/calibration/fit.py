@@ -13,7 +13,7 @@ The three bands (all (n, P); :mod:`.bands` computes them):
 Calibration reads only held-out training functions, whose targets are noisy: k is judged by
 the observation band on them (σ, known or estimated, separates the two parts) and the
 solution band uses the same k. ``q'_α`` is the held-out order statistic whose band covers
-at least α of new noisy trajectories with probability 0.9 over the draw of the held-out
+at least α of new noisy trajectories with probability 0.99 over the draw of the held-out
 functions (:func:`~.conformal.conformal_rank`); beyond the ranks, an upper confidence
 bound from the scores' tail (:func:`~.conformal.tail_quantile`); with fewer than 10
 held-out functions, the Gaussian union bound over the P points. The measurements behind

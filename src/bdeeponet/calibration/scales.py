@@ -13,12 +13,12 @@ from scipy.stats import gamma as gamma_dist
 
 from ..metrics import NOMINAL_LEVELS
 from ..noise import lag_pairs, smooth_second_moment
-from .conformal import CONFORMAL_CONFIDENCE
 from .levels import predictive_quantile, z_value
 
 MIN_CHECK = 10  # held-out functions below which the band's scale is not checked
 SCALE_GRID = np.geomspace(1e-2, 1e2, 401)  # scales searched by consistent_scales (2.3% apart)
 SPREAD_Z = 2.5  # spread_check's z above which the error does not follow the band's spread
+SCALE_CONFIDENCE = 0.9  # of the likelihood's interval for k (pins_down, resolved)
 
 
 # the solution band's claim: coverage within CLAIM_POINTS of each of CLAIM_LEVELS
@@ -27,13 +27,13 @@ CLAIM_POINTS, CLAIM_LEVELS = 0.03, (0.5, 0.8, 0.9, 0.95)
 
 def pins_down(se: float) -> bool:
     """Whether a standard error ``se`` of log k pins the band's scale down well enough to
-    use: its interval at CONFORMAL_CONFIDENCE (90%) spans at most a factor of 2."""
+    use: its interval at SCALE_CONFIDENCE (90%) spans at most a factor of 2."""
     return se <= pinning_se()
 
 
 def pinning_se() -> float:
     """The largest standard error of log k that :func:`pins_down` accepts (0.21)."""
-    return math.log(2) / (2 * z_value(CONFORMAL_CONFIDENCE))
+    return math.log(2) / (2 * z_value(SCALE_CONFIDENCE))
 
 
 def scale_settled(consistent, spread_z, se: float | None, max_se: float) -> bool | None:
@@ -50,7 +50,7 @@ def scale_settled(consistent, spread_z, se: float | None, max_se: float) -> bool
         return False
     if se is not None:
         return se <= max_se
-    return consistent[1] <= math.exp(2 * z_value(CONFORMAL_CONFIDENCE) * max_se) * consistent[0]
+    return consistent[1] <= math.exp(2 * z_value(SCALE_CONFIDENCE) * max_se) * consistent[0]
 
 
 @functools.cache
@@ -65,7 +65,7 @@ def resolving_se() -> float:
     """The largest standard error of log k whose 90% interval, k̂ ×/÷ exp(z se), keeps a
     Gaussian band's coverage within CLAIM_POINTS of each level in CLAIM_LEVELS anywhere
     in it: the scale is then resolved (``Calibration.resolved``; 0.040)."""
-    return math.log(resolving_factor()) / z_value(CONFORMAL_CONFIDENCE)
+    return math.log(resolving_factor()) / z_value(SCALE_CONFIDENCE)
 
 
 def spread_check(residual, std, y, groups: int = 3, lags: int = 3) -> float | None:
