@@ -91,6 +91,10 @@ def run_one(name: str, work: Path, kept: dict | None = None) -> dict:
     if kept is None:
         _, seconds, peak = bdeeponet("train", data, "--out", run, "--quiet", *flags_)
     else:
+        e2 = json.loads((run / "metrics.json").read_text())["e2"]
+        if abs(e2 - float(kept["e2"])) > 1e-9 * abs(e2):
+            raise SystemExit(f"{run} is not the run of the committed row {name} "
+                             f"(e2 {e2} against {kept['e2']}): train it instead")
         bdeeponet("calibrate", run, data)
         seconds, peak = float(kept["train_s"]), float(kept["peak_gb"])
     d = np.load(data)
@@ -203,6 +207,8 @@ def main() -> None:
             rows = {r["benchmark"]: r for r in csv.DictReader(fh)}
     for name in args.only or NAMES:
         print(f"{name} ...", flush=True)
+        if args.recalibrate and name not in rows:
+            raise SystemExit(f"--recalibrate: results.csv has no row {name} to refit")
         rows[name] = run_one(name, work, rows[name] if args.recalibrate else None)
         print(json.dumps(rows[name]), flush=True)
     write([rows[name] for name in NAMES if name in rows])

@@ -43,8 +43,9 @@ def tail_quantile(scores, level: float, confidence: float = FUNCTION_CONFIDENCE)
 
     A score is a maximum over P points; a maximum of light-tailed values is Gumbel, of
     heavy-tailed ones Fréchet, whose logarithm is Gumbel. Fitted on the log scale the bound
-    is right for the heavy tails and errs wide for the light ones (measured in docs/bands.md,
-    "Why the calibration is what it is")."""
+    errs wide at 99% from 100 functions; from fewer, at lower levels, it can fall below the
+    largest score and short of its level (measured in docs/bands.md, "Why the calibration
+    is what it is"): :func:`held_out_quantile` takes the larger of the two."""
     x = np.log(np.maximum(np.asarray(scores, dtype=np.float64), 1e-300))
     n = len(x)
     sd = float(x.std(ddof=1))
@@ -52,6 +53,16 @@ def tail_quantile(scores, level: float, confidence: float = FUNCTION_CONFIDENCE)
     se = sd * math.sqrt((1 + 1.1 * c * c + 1.1395 * c) / n)
     z = z_value(2 * confidence - 1)  # the one-sided normal quantile at ``confidence``
     return float(math.exp(x.mean() + c * sd + z * se))
+
+
+def held_out_quantile(scores, level: float, confidence: float = FUNCTION_CONFIDENCE) -> float:
+    """The function-level score at ``level`` from the sorted held-out ``scores``: the score
+    at :func:`conformal_rank` where a rank reaches ``confidence``, else the tail fit
+    (:func:`tail_quantile`), never below the largest score."""
+    rank = conformal_rank(len(scores), level, confidence)
+    if rank is not None:
+        return float(scores[rank - 1])
+    return max(tail_quantile(scores, level, confidence), float(scores[-1]))
 
 
 def _bonferroni(level: float, n_points: int) -> float:

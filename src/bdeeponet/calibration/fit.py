@@ -15,7 +15,8 @@ the observation band on them (σ, known or estimated, separates the two parts) a
 solution band uses the same k. ``q'_α`` is the held-out order statistic whose band covers
 at least α of new noisy trajectories with probability 0.99 over the draw of the held-out
 functions (:func:`~.conformal.conformal_rank`); beyond the ranks, an upper confidence
-bound from the scores' tail (:func:`~.conformal.tail_quantile`); with fewer than 10
+bound from the scores' tail (:func:`~.conformal.tail_quantile`), at least their largest
+score (:func:`~.conformal.held_out_quantile`); with fewer than 10
 held-out functions, the Gaussian union bound over the P points. The measurements behind
 each rule are in docs/bands.md ("Why the calibration is what it is").
 """
@@ -27,7 +28,7 @@ import numpy as np
 from ..metrics import NOMINAL_LEVELS
 from ..noise import line_windows
 from .bands import Calibration
-from .conformal import _bonferroni, conformal_rank, tail_quantile
+from .conformal import _bonferroni, conformal_rank, held_out_quantile
 from .levels import predictive_quantile, z_value
 from .scales import (
     MIN_CHECK,
@@ -108,11 +109,8 @@ def fit_calibration(mean, std, s_noisy, noise_std: float, levels=NOMINAL_LEVELS,
     scores = np.sort((r / width).max(axis=1))
     quantiles = []
     for level in levels:
-        rank = conformal_rank(len(scores), level)
-        if rank is not None:
-            quantiles.append(float(scores[rank - 1]))
-        elif len(scores) >= MIN_CHECK:  # a level beyond the held-out ranks: their tail, fitted
-            quantiles.append(tail_quantile(scores, level))
+        if len(scores) >= MIN_CHECK or conformal_rank(len(scores), level) is not None:
+            quantiles.append(held_out_quantile(scores, level))
         else:  # (next to) no held-out functions: the Gaussian union bound
             quantiles.append(_bonferroni(level, r.shape[1]))
     # a higher level's band is never narrower
