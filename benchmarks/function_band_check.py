@@ -4,9 +4,8 @@ held-out functions, at the confidence it is built with?
 Scores are what the band sees where the noise dominates: the maximum over P = 100 points of
 |N(0, 1)|, of |t_5|, of |t_3|, of |N(0, 1)| with 30% of the functions 1.6x wider, and of an
 AR(1) along the points with ρ = 0.95. For each, 2000 draws of 100 held-out functions
-(``--n``); the
-band's true coverage comes from the exact CDF of the maximum (for the AR(1), from 200,000
-further maxima). Printed per model and confidence:
+(``--n``); the band's true coverage comes from the exact CDF of the maximum (for the AR(1),
+from 200,000 further maxima). Printed per model and confidence:
 
 * at 50/80/90/95%: the share of draws whose band covers less than its level, and the share
   that a test set of 200 independent trajectories would measure below its level (one

@@ -11,8 +11,8 @@ from scipy.stats import beta as beta_dist
 
 from .levels import z_value
 
-# the function-level band covers >= its level in 99% of held-out draws (at 90%, a test set
-# of 200 functions measures it below its level in up to 15% of them: docs/bands.md)
+# the function-level band covers >= its level in 99% of held-out draws (at 90%, 200 test
+# trajectories measure it below its level in up to 15% of draws: docs/bands.md)
 FUNCTION_CONFIDENCE = 0.99
 
 
