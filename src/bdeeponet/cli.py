@@ -495,13 +495,19 @@ def cmd_predict(args) -> None:
     y = arrays["y"] if "y" in arrays else _run_query_points(run)
     out = predict(run, u, y, args.level, args.function_level, device=args.device,
                   false_alarm=args.false_alarm)
+    cal = run.posterior.calibration or {}
     meta = json.dumps({"level": args.level, "function_level": args.function_level,
                        "noise_std": run.posterior.noise_std, "false_alarm": args.false_alarm,
-                       "calibrated": bool(run.posterior.calibration)})
+                       "calibrated": bool(cal),
+                       "function_confidence": cal.get("function_confidence")})
     atomic_write(args.out, lambda fh: np.savez(fh, **out, y=y, meta=np.asarray(meta)))
     print(f"wrote {args.out}: {', '.join(out)} (each (n, P) = {out['mean'].shape}, novelty "
           f"and novel (n,)); bands at {args.level:g}, whole trajectories at "
           f"{args.function_level:g}")
+    if cal.get("quantiles") is not None and cal.get("function_confidence") is None:
+        print(f"warning: {args.run} was calibrated before 2026-11-29: its function-level band "
+              "covers its level in at most 90% of held-out draws, not 99%; `bdeeponet "
+              "calibrate RUN DATA` refits it", file=sys.stderr)
     novelty = run.posterior.novelty
     if novelty is None:
         print("warning: the run has no held-out functions (calibration = 0): novelty is not "

@@ -30,6 +30,10 @@ class Calibration:
     # :func:`spread_check`'s z for a trusted band (None: not checked); above SPREAD_Z the
     # error does not follow the band's spread and each level was fitted on its own
     spread_z: float | None = None
+    # the probability over the held-out draw with which the function-level quantiles cover
+    # their levels (FUNCTION_CONFIDENCE); None in runs calibrated before it was recorded,
+    # whose quantiles hold with at most 0.9
+    function_confidence: float | None = None
 
     @property
     def spread_off(self) -> bool:
@@ -91,7 +95,8 @@ class Calibration:
         q, ok, lik = d.get("quantiles"), d.get("consistent"), d.get("likelihood")
         return cls(tuple(d["levels"]), tuple(d["scales"]), None if q is None else tuple(q),
                    int(d.get("n_functions", 0)), None if ok is None else tuple(ok),
-                   None if lik is None else tuple(lik), d.get("spread_z"))
+                   None if lik is None else tuple(lik), d.get("spread_z"),
+                   d.get("function_confidence"))
 
 
 def bands(mean, std, noise_std: float, calibration: Calibration | None = None,

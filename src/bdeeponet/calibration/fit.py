@@ -28,7 +28,7 @@ import numpy as np
 from ..metrics import NOMINAL_LEVELS
 from ..noise import line_windows
 from .bands import Calibration
-from .conformal import _bonferroni, conformal_rank, held_out_quantile
+from .conformal import FUNCTION_CONFIDENCE, _bonferroni, conformal_rank, held_out_quantile
 from .levels import predictive_quantile, z_value
 from .scales import (
     MIN_CHECK,
@@ -118,4 +118,4 @@ def fit_calibration(mean, std, s_noisy, noise_std: float, levels=NOMINAL_LEVELS,
     quantiles = np.asarray(quantiles)
     quantiles[order] = np.maximum.accumulate(quantiles[order])
     return Calibration(tuple(levels), scales, tuple(map(float, quantiles)), len(scores), consistent,
-                       likelihood, spread_z)
+                       likelihood, spread_z, FUNCTION_CONFIDENCE)
