@@ -168,6 +168,18 @@ def test_the_fitted_function_band_covers_its_level_in_99_of_100_held_out_draws()
     assert all(n <= 9 for n in short.values()), short
 
 
+def test_a_calibration_records_its_function_band_confidence():
+    """From 100 held-out functions every level has a held-out quantile at 0.99 confidence
+    (recorded, and kept through a dict); from 5, the levels without a rank take the
+    Gaussian union bound, which holds with no stated confidence (None)."""
+    rng = np.random.default_rng(8)
+    cal = fit_calibration(*(a for i, a in enumerate(synthetic(rng, 100, 1.5)) if i != 2), SIGMA)
+    assert cal.function_confidence == FUNCTION_CONFIDENCE
+    assert Calibration.from_dict(cal.to_dict()).function_confidence == FUNCTION_CONFIDENCE
+    few = fit_calibration(*(a for i, a in enumerate(synthetic(rng, 5, 1.5)) if i != 2), SIGMA)
+    assert few.function_confidence is None
+
+
 def test_a_level_beyond_few_held_out_ranks_keeps_at_least_the_largest_score():
     """From 20 held-out functions no rank reaches 80% at 99% confidence. Scores are maxima
     over P = 100 points of |N(0, 1)|, 30% of the functions 1.6x wider (exact CDF a mixture).

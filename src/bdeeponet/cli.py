@@ -504,7 +504,7 @@ def cmd_predict(args) -> None:
     print(f"wrote {args.out}: {', '.join(out)} (each (n, P) = {out['mean'].shape}, novelty "
           f"and novel (n,)); bands at {args.level:g}, whole trajectories at "
           f"{args.function_level:g}")
-    if cal.get("quantiles") is not None and cal.get("function_confidence") is None:
+    if cal.get("quantiles") is not None and "function_confidence" not in cal:
         print(f"warning: {args.run} was calibrated before 2026-11-29: its function-level band "
               "covers its level in at most 90% of held-out draws, not 99%; `bdeeponet "
               "calibrate RUN DATA` refits it", file=sys.stderr)

@@ -31,8 +31,9 @@ class Calibration:
     # error does not follow the band's spread and each level was fitted on its own
     spread_z: float | None = None
     # the probability over the held-out draw with which the function-level quantiles cover
-    # their levels (FUNCTION_CONFIDENCE); None in runs calibrated before it was recorded,
-    # whose quantiles hold with at most 0.9
+    # their levels (FUNCTION_CONFIDENCE); None where a level took the Gaussian union bound
+    # (too few held-out functions). Absent from runs calibrated before it was recorded,
+    # whose quantiles hold with at most 0.9.
     function_confidence: float | None = None
 
     @property

@@ -107,15 +107,16 @@ def fit_calibration(mean, std, s_noisy, noise_std: float, levels=NOMINAL_LEVELS,
     k95 = float(np.interp(0.95, levels, scales))
     width = np.sqrt(k95**2 * std**2 + noise_std**2)
     scores = np.sort((r / width).max(axis=1))
-    quantiles = []
+    quantiles, union = [], False
     for level in levels:
         if len(scores) >= MIN_CHECK or conformal_rank(len(scores), level) is not None:
             quantiles.append(held_out_quantile(scores, level))
         else:  # (next to) no held-out functions: the Gaussian union bound
             quantiles.append(_bonferroni(level, r.shape[1]))
+            union = True
     # a higher level's band is never narrower
     order = np.argsort(levels)
     quantiles = np.asarray(quantiles)
     quantiles[order] = np.maximum.accumulate(quantiles[order])
     return Calibration(tuple(levels), scales, tuple(map(float, quantiles)), len(scores), consistent,
-                       likelihood, spread_z, FUNCTION_CONFIDENCE)
+                       likelihood, spread_z, None if union else FUNCTION_CONFIDENCE)
