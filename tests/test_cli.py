@@ -336,6 +336,28 @@ def test_train_says_when_the_chains_ended_near_their_stability_limit(capsys, tmp
     assert json.loads((out / "metrics.json").read_text())["metric_stiffness_end"] == 1e3
 
 
+@pytest.mark.parametrize("accepted", [0.0, 0.005, 0.02, 0.5])
+def test_train_says_when_the_replicas_did_not_exchange(capsys, tmp_path, data_file, monkeypatch,
+                                                       accepted):
+    """Below 1% of the swaps offered to the cold replica accepted, the run says its chain
+    was SGLD's and how many replicas a communicating ladder would need (2Λ); at or above, it
+    is silent."""
+    from bdeeponet.samplers.resgld import ReSGLD
+
+    real = ReSGLD.swap_report
+    monkeypatch.setattr(ReSGLD, "swap_report",
+                        lambda self, state: {**real(self, state), "measured": accepted})
+    out = tmp_path / "run"
+    rc, _, err = cli(capsys, "train", data_file, "--method", "mresgld", "--out", out, *TINY)
+    swap = json.loads((out / "metrics.json").read_text())["swap"]
+    assert rc == 0 and swap["measured"] == accepted
+    warned = [line for line in err.splitlines() if "sampled as --method sgld would" in line]
+    assert len(warned) == (accepted < 0.01)
+    if warned:
+        assert f"{accepted:.2%} of the swaps" in warned[0]
+        assert f"about {2 * swap['barrier']:.0f} replicas" in warned[0]
+
+
 def test_train_refuses_to_overwrite_finished_run(capsys, runs, data_file):
     run = runs("adam")
     before = (run / "metrics.json").read_bytes()

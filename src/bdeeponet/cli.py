@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 
 EXIT_BAD_INPUT = 2
+RARE_SWAPS = 0.01
+"""Below this share of accepted swaps, ``train`` says the replicas did not exchange."""
 
 
 class UsageError(Exception):
@@ -474,6 +476,12 @@ def cmd_train(args) -> None:
               f"{result.metrics['metric_stiffness']:.3g} -> {end:.3g}): the step is at "
               f"{end * step / 2:.0%} of its stability limit, so a longer run may diverge "
               f"(a smaller --lr makes room)", file=sys.stderr)
+    swap = result.metrics.get("swap")  # replica exchange: pair (0, 1)
+    if swap is not None and swap["measured"] < RARE_SWAPS:
+        print(f"warning: the coldest replica accepted {swap['measured']:.2%} of the swaps offered "
+              f"to it, so it sampled as --method sgld would and the hotter replicas only added "
+              f"cost: for {swap['parameters']:,} parameters a ladder from τ1 to τ2 communicates "
+              f"with about {2 * swap['barrier']:.0f} replicas (docs/samplers.md)", file=sys.stderr)
     check = result.metrics.get("calibration_check")
     # a band scaled per level (one chain, MC dropout) is expected to fail the one-scale check
     if check and not check["resolved"] and not scale_pinned(check) and (
