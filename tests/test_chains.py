@@ -3,6 +3,8 @@ computation. The batched DeepONet gradient against autograd per chain, a deep en
 members against separate Adam runs, the per-pair swaps of C replica pairs, and runs with
 ``chains`` end to end."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -20,7 +22,8 @@ C = 3
 
 def _deeponet(activation="tanh", **extra):
     torch.manual_seed(0)
-    model = DeepONet(ModelConfig(n_sensors=7, dim_y=2, width=9, depth=2, latent=5,
+    m = math.prod(extra.get("branch_grid", (7,)))
+    model = DeepONet(ModelConfig(n_sensors=m, dim_y=2, width=9, depth=2, latent=5,
                                  activation=activation, **extra)).double()
     g = torch.Generator().manual_seed(1)
     params = {n: (p.detach()[None] + 0.3 * torch.randn(C, *p.shape, generator=g,
@@ -34,18 +37,20 @@ def _deeponet_energy(shared_input: bool, activation="tanh", **extra):
     by the chains or one per chain)."""
     model, params, g = _deeponet(activation, **extra)
     y = torch.rand(11, 2, generator=g, dtype=torch.float64)
-    u = torch.randn(6, 7, generator=g, dtype=torch.float64)
+    m = model.config.n_sensors
+    u = torch.randn(6, m, generator=g, dtype=torch.float64)
     s = torch.randn(C, 6, 11, generator=g, dtype=torch.float64)
     if not shared_input:
-        u = u + torch.randn(C, 6, 7, generator=g, dtype=torch.float64)
+        u = u + torch.randn(C, 6, m, generator=g, dtype=torch.float64)
     energy = GaussianEnergy(model, y, n_total=60, noise_std=0.3, prior_std=fan_in_prior(model))
     return model, params, energy, (u, s)
 
 
 @pytest.mark.parametrize("variant", [{}, {"s_shift": -1.3, "s_scale": 0.2, "u_shift": 0.7,
                                           "u_scale": 2.5, "periodic": ((1, 0.5),)},
-                                     {"branch_grid": (7,), "channels": 2}],
-                         ids=["plain", "standardised-periodic", "conv"])
+                                     {"branch_grid": (7,), "channels": 2},
+                                     {"branch_grid": (3, 3), "channels": 2}],
+                         ids=["plain", "standardised-periodic", "conv", "conv2d"])
 @pytest.mark.parametrize("activation", ["tanh", "relu"])
 @pytest.mark.parametrize("group", [None, "branch", "trunk"])
 @pytest.mark.parametrize("shared_input", [False, True])
@@ -64,7 +69,9 @@ def test_batched_hand_written_gradient_equals_autograd_chain_by_chain(variant, a
             assert torch.allclose(grads[n][c], g_ref[n], rtol=1e-10, atol=1e-12), (c, n)
 
 
-@pytest.mark.parametrize("extra", [{}, {"branch_grid": (7,), "channels": 2}], ids=["mlp", "conv"])
+@pytest.mark.parametrize("extra", [{}, {"branch_grid": (7,), "channels": 2},
+                                   {"branch_grid": (3, 3), "channels": 2}],
+                         ids=["mlp", "conv", "conv2d"])
 @pytest.mark.parametrize("group", ["branch", "trunk"])
 @pytest.mark.parametrize("shared_input", [False, True])
 def test_partial_gradients_are_the_full_ones_on_the_first_chains(group, shared_input, extra):

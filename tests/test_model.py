@@ -234,7 +234,8 @@ def test_standardisation_of_a_known_array():
 @pytest.mark.parametrize("grid", [(9, 7), (13,)])
 def test_a_conv_layer_is_the_convolution(grid):
     """Patches then a linear layer equal torch's own convolution of the grid (zero padding
-    1, stride 2), and the patches' backward is the adjoint of their forward."""
+    1, stride 2); ``Patches.conv`` computes the same, and ``conv_backward`` the gradients that
+    autograd takes through the patches and the layer."""
     torch.manual_seed(0)
     h, w = (1, grid[0]) if len(grid) == 1 else grid
     kernel = (1, 3) if len(grid) == 1 else (3, 3)
@@ -247,9 +248,15 @@ def test_a_conv_layer_is_the_convolution(grid):
     ref = torch.nn.functional.conv2d(x.reshape(5, h, w, 2).permute(0, 3, 1, 2), weight,
                                      layer.bias, stride=patches.stride, padding=patches.padding)
     assert out.shape == ref.shape and torch.allclose(out, ref, rtol=1e-12, atol=1e-12)
-    v = torch.randn(patches(x).shape, dtype=torch.float64)  # <P x, v> = <x, P^T v>
-    assert torch.allclose((patches(x) * v).sum(), (x * patches.backward(v).reshape(x.shape)).sum(),
-                          rtol=1e-12)
+    fused = patches.conv(x, layer.weight, layer.bias)
+    assert torch.allclose(fused, layer(patches(x)), rtol=1e-12, atol=1e-12)
+    x.requires_grad_(True)
+    v = torch.randn(fused.shape, dtype=torch.float64)
+    dx_ref, dw_ref = torch.autograd.grad((layer(patches(x)) * v).sum(), [x, layer.weight])
+    dx, dw = patches.conv_backward(v, x.detach(), layer.weight.detach(), True)
+    assert dx.shape == x.shape and torch.allclose(dx, dx_ref, rtol=1e-12, atol=1e-12)
+    assert dw.shape == layer.weight.shape and torch.allclose(dw, dw_ref, rtol=1e-12, atol=1e-12)
+    assert patches.conv_backward(v, x.detach(), layer.weight.detach(), False)[0] is None
 
 
 def test_the_conv_branch_shrinks_the_grid_to_at_most_4_a_side():
