@@ -254,8 +254,8 @@ class Patches(nn.Module):
     everything that knows linear layers (the Kronecker metric, the fan-in prior) knows it
     too: its Kronecker factors are those of Grosse & Martens' KFC (2016), the locations
     taken as independent rows. The hand-written gradient runs the pair as one convolution
-    (:meth:`conv`, :meth:`conv_backward`): the same numbers without the patches in memory,
-    3 times faster on a CPU for a batch of 100 functions on 85 x 85.
+    (:meth:`conv`, :meth:`conv_backward`): the same numbers up to rounding, without the
+    patches in memory (docs/speed.md).
     """
 
     def __init__(self, grid: tuple[int, int], channels: int, kernel: tuple[int, int],
