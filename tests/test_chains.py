@@ -48,8 +48,8 @@ def _deeponet_energy(shared_input: bool, activation="tanh", **extra):
 
 @pytest.mark.parametrize("variant", [{}, {"s_shift": -1.3, "s_scale": 0.2, "u_shift": 0.7,
                                           "u_scale": 2.5, "periodic": ((1, 0.5),)},
-                                     {"branch_grid": (7,), "channels": 2},
-                                     {"branch_grid": (3, 3), "channels": 2}],
+                                     {"branch_grid": (11,), "channels": 2},
+                                     {"branch_grid": (9, 7), "channels": 2}],
                          ids=["plain", "standardised-periodic", "conv", "conv2d"])
 @pytest.mark.parametrize("activation", ["tanh", "relu"])
 @pytest.mark.parametrize("group", [None, "branch", "trunk"])
@@ -69,8 +69,8 @@ def test_batched_hand_written_gradient_equals_autograd_chain_by_chain(variant, a
             assert torch.allclose(grads[n][c], g_ref[n], rtol=1e-10, atol=1e-12), (c, n)
 
 
-@pytest.mark.parametrize("extra", [{}, {"branch_grid": (7,), "channels": 2},
-                                   {"branch_grid": (3, 3), "channels": 2}],
+@pytest.mark.parametrize("extra", [{}, {"branch_grid": (11,), "channels": 2},
+                                   {"branch_grid": (9, 7), "channels": 2}],
                          ids=["mlp", "conv", "conv2d"])
 @pytest.mark.parametrize("group", ["branch", "trunk"])
 @pytest.mark.parametrize("shared_input", [False, True])
@@ -82,7 +82,7 @@ def test_partial_gradients_are_the_full_ones_on_the_first_chains(group, shared_i
     split = [next(n for n in parameter_groups(model)["branch"] if n.endswith(".weight"))]
     v_full, full = energy.value_and_grad(params, (u, s), names)
     v, part = energy.value_and_grad(params, (u, s), names, partial=(some, 2))
-    assert torch.equal(v.total, v_full.total)
+    assert torch.allclose(v.total, v_full.total, rtol=1e-13)  # (a GEMM of 2 chains, not 3)
     for n in names:
         want = full[n][:2] if n in some else full[n]
         assert part[n].shape == want.shape and torch.allclose(part[n], want, rtol=1e-12), n

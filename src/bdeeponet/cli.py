@@ -480,8 +480,9 @@ def cmd_train(args) -> None:
     if swap is not None and swap["measured"] < RARE_SWAPS:
         print(f"warning: the coldest replica accepted {swap['measured']:.2%} of the swaps offered "
               f"to it, so it sampled as --method sgld would and the hotter replicas only added "
-              f"cost: for {swap['parameters']:,} parameters a ladder from τ1 to τ2 communicates "
-              f"with about {2 * swap['barrier']:.0f} replicas (docs/samplers.md)", file=sys.stderr)
+              f"cost: for {swap['parameters']:,} parameters a ladder from τ = {config.tau1:g} to "
+              f"{config.tau2:g} communicates with about {2 * swap['barrier']:.0f} replicas "
+              f"(docs/samplers.md)", file=sys.stderr)
     check = result.metrics.get("calibration_check")
     # a band scaled per level (one chain, MC dropout) is expected to fail the one-scale check
     if check and not check["resolved"] and not scale_pinned(check) and (
