@@ -607,7 +607,7 @@ class DeepONet(nn.Module):
             }
             # the backward walk stops at each net's first layer with parameters (nothing
             # before it has any); a fixed trunk has none
-            self.__dict__["_first_linear"] = {
+            self.__dict__["_first_layer"] = {
                 net: next((i for i, step in enumerate(steps) if step[0] in ("linear", "conv")),
                           None)
                 for net, steps in plan.items()
@@ -648,7 +648,7 @@ class DeepONet(nn.Module):
         """Walk ``net`` backwards from ``dh = dL/d(net output)``, filling ``grads``; with
         ``rows`` (C chains), over the first ``rows`` chains only (``dh`` already cut)."""
         steps = self._plan()[net]
-        first = self._first_linear[net]
+        first = self._first_layer[net]
         for i in range(len(steps) - 1, first - 1, -1):
             kind, a, b = steps[i]
             entry = tape[i]

@@ -313,7 +313,7 @@ def test_the_model_keeps_no_sampler_state():
     """After m-reSGLD steps (one chain and a batch of levels), the DeepONet holds only what
     describes itself: its step plan and its nets' parameter names, and the Fourier features
     of the last query points."""
-    own = {"config", "_plan_cache", "_net_names", "_first_linear",
+    own = {"config", "_plan_cache", "_net_names", "_first_layer",
            "_feature_cache"}
     model, energy, batch, _ = setup()
     module_keys = set(torch.nn.Module().__dict__)
