@@ -220,6 +220,40 @@ def test_the_largest_magnitude_is_found_where_the_rayleigh_quotient_cancels():
     assert got == pytest.approx(3.0, rel=1e-9)
 
 
+def _operator(eigenvalues, seed):
+    """A symmetric operator on {"x": (n,)} with the given spectrum in a random basis, and
+    a counter of its products."""
+    n = len(eigenvalues)
+    q, _ = torch.linalg.qr(torch.randn(n, n, generator=torch.Generator().manual_seed(seed),
+                                       dtype=torch.float64))
+    a = q @ torch.diag(torch.as_tensor(eigenvalues, dtype=torch.float64)) @ q.T
+    calls = []
+
+    def apply(x):
+        calls.append(1)
+        return {"x": a @ x["x"]}
+
+    return apply, calls
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_lanczos_reads_a_near_pair_and_stops_early_on_a_lone_top(seed):
+    """Eigenvalues +10 and -9.9 above a bulk in [-5, 5] (n = 300): within 30 products the
+    largest magnitude is read to 1e-3, never above it. With a lone top (10 over a bulk in
+    [-3, 3]) it stops on its residual after a few products, within tol of the truth."""
+    g = torch.Generator().manual_seed(100 + seed)
+    bulk = torch.rand(298, generator=g, dtype=torch.float64) * 10 - 5
+    apply, calls = _operator(torch.cat([torch.tensor([10.0, -9.9], dtype=torch.float64), bulk]), seed)
+    v = {"x": torch.randn(300, generator=g, dtype=torch.float64)}
+    got = largest_magnitude(apply, v, iters=30)
+    assert 10.0 * (1 - 1e-3) <= got <= 10.0 + 1e-9
+    apply, calls = _operator(torch.cat([torch.tensor([10.0, 0.0], dtype=torch.float64), bulk * 0.6]),
+                             seed)
+    got = largest_magnitude(apply, v, iters=30, tol=1e-3)
+    assert 10.0 * (1 - 1e-3) <= got <= 10.0 + 1e-9
+    assert len(calls) <= 12, len(calls)
+
+
 def test_a_stacked_metric_hands_back_each_chains_own():
     """``member(c)`` of a stack of two metrics steps exactly as metric c does alone."""
     energy, params, batches, (u, s, _) = linear_problem()

@@ -125,7 +125,7 @@ def end_stiffness(state, energy, data, generator: torch.Generator) -> float | No
     number at most about 4 and capped the step at ``max_stiffness / λ``. It grows as a
     chain drifts away from the warm start (``benchmarks/curvature.py`` follows one chain;
     docs/samplers.md); once ``η λ`` passes 2 a step overshoots and the chain diverges, so
-    a run reports where it ended. Power iteration reads ``|λ|max`` from below, so this can
+    a run reports where it ended. Lanczos reads ``|λ|max`` from below, so this can
     be low, not high. The hot replicas of reSGLD are not measured."""
     sampling = getattr(state, "sampling", None)
     if sampling is None or sampling.metric is None:
