@@ -209,7 +209,7 @@ def test_deeponet_groups_keep_layers_whole():
 def test_the_largest_magnitude_is_found_where_the_rayleigh_quotient_cancels():
     """An indefinite operator with eigenvalues +3 and -3 (and a smaller 1), started with
     equal weight on ±3: the Rayleigh quotient of every iterate is about 1/3 of the truth
-    or less (the ±3 parts cancel), the norm growth reads 3."""
+    or less (the ±3 parts cancel), the largest Ritz magnitude reads 3."""
     q, _ = torch.linalg.qr(torch.randn(3, 3, generator=torch.Generator().manual_seed(0),
                                        dtype=torch.float64))
     a = q @ torch.diag(torch.tensor([3.0, -3.0, 1.0], dtype=torch.float64)) @ q.T
