@@ -6,7 +6,10 @@ GRFs of length scales 0.05, 0.1, 0.2 and 0.4 (where what to simulate next matter
 strategies start from the same 100 random pool functions; then each trains `train` at its
 defaults (m-reSGLD, one chain, one torch thread) and grows to 200, 300, 500 and 800
 functions. Active: the next functions are `acquire`'s picks (``--criterion``) for the run
-just trained. Random: a random draw from the rest of the pool. A function's solution is
+just trained. Random: a random draw from the rest of the pool. Oracle: the functions of
+the rest whose actual relative error under the run's posterior mean is largest (their
+solutions are known here, as they are not in use): how far picking the worst-predicted
+inputs can go. A function's solution is
 computed once for the whole pool; its training target gets the problem's noise when picked.
 ``--steps S``: every run trains S minibatch steps instead of 2000 epochs (whose step count
 grows with the training set), so that sizes differ in their data only.
@@ -15,7 +18,7 @@ Writes the rows to ``--out`` (CSV); ``summarise(paths)`` makes results.md and
 learning-curves.png beside this file from one or more of them.
 
 Run: python docs/results/acquisition/make.py [--problems darcy pendulum] [--seeds 0 1 2]
-     [--strategies active random] [--criterion reduction] [--steps S] [--out F.csv]
+     [--strategies active random oracle] [--criterion reduction] [--steps S] [--out F.csv]
 """
 
 from __future__ import annotations
@@ -68,8 +71,8 @@ def curve(name: str, seed: int, strategy: str, pool, test, y, sd, steps=None,
         err = np.linalg.norm(p["mean"] - test[1], axis=1) / np.linalg.norm(test[1], axis=1)
         inside = (test[1] >= p["lower"]) & (test[1] <= p["upper"])
         rows.append({"problem": name, "steps": steps or "default", "seed": seed,
-                     "strategy": strategy if strategy == "random" else
-                     f"active-{criterion}-{error}",
+                     "strategy": f"active-{criterion}-{error}" if strategy == "active" else
+                     strategy,
                      "n": size, "e2": 100 * float(err.mean()),
                      "coverage95": 100 * float(inside.mean()),
                      **{f"e2_l{ls}": 100 * float(e.mean())  # the test set's blocks
@@ -82,6 +85,10 @@ def curve(name: str, seed: int, strategy: str, pool, test, y, sd, steps=None,
         if strategy == "active":
             picks, _ = acquire(result, u_pool[rest], nxt - size, y, criterion, error)
             chosen += list(rest[picks])
+        elif strategy == "oracle":  # the largest actual errors: what no posterior can beat
+            m = predict(result, u_pool[rest], y, device="cpu")["mean"]
+            worst = np.linalg.norm(m - s_pool[rest], axis=1) / np.linalg.norm(s_pool[rest], axis=1)
+            chosen += list(rest[np.argsort(-worst, kind="stable")[: nxt - size]])
         else:
             chosen += list(rng.choice(rest, nxt - size, replace=False))
     return rows
@@ -92,7 +99,8 @@ def main() -> None:
     ap.add_argument("--problems", nargs="*", default=list(NOISE))
     ap.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
     ap.add_argument("--out", default=str(HERE / "curves.csv"))
-    ap.add_argument("--strategies", nargs="*", default=["active", "random"])
+    ap.add_argument("--strategies", nargs="*", default=["active", "random"],
+                    choices=["active", "random", "oracle"])
     ap.add_argument("--criterion", choices=CRITERIA, default=CRITERIA[0])
     ap.add_argument("--error", choices=ERRORS, default=ERRORS[0])
     ap.add_argument("--steps", type=int, default=None,
