@@ -534,14 +534,22 @@ def test_predict_levels(capsys, tmp_path, runs, u_file):
 
 
 def test_calibrate_refits_a_finished_run(capsys, tmp_path, runs, data_file):
+    """Refitting a run on its own held-out functions gives back what train fitted there:
+    the calibration and the novelty score (fitted on the functions trained on, not on the
+    held-out ones it is calibrated by)."""
     run = tmp_path / "run"
     shutil.copytree(runs("resgld"), run)
     before = json.loads((run / "metrics.json").read_text())
+    novelty = torch.load(run / "posterior.pt", weights_only=True)["novelty"]
     rc, stdout, err = cli(capsys, "calibrate", run, data_file)
     assert rc == 0, err
     after = json.loads((run / "metrics.json").read_text())
     assert json.loads(stdout)["coverage"] == after["coverage"]
     assert after["e2"] == pytest.approx(before["e2"]) and after["swap"] == before["swap"]
+    assert after["coverage"] == before["coverage"] and after["novelty"] == before["novelty"]
+    refit = torch.load(run / "posterior.pt", weights_only=True)["novelty"]
+    for key in novelty:
+        assert np.array_equal(np.asarray(refit[key]), np.asarray(novelty[key])), key
     # a run calibrated before the function-level band's confidence was recorded (0.9 then):
     # predict says so in one line until calibrate refits it. The tiny run holds out 2
     # functions, too few for a held-out quantile: its band is the union bound, no confidence.

@@ -521,10 +521,10 @@ def recalibrate(run_dir: str | Path, data: OperatorData) -> dict:
     run = load_run(run_dir)
     path = Path(run_dir)
     check_same_data(run.saved, data, f"calibrate {path}")
-    _, held_out = split_calibration(data, run.config)
+    fit_data, held_out = split_calibration(data, run.config)
     if held_out is None:
         raise ValueError(f"{run_dir} was trained without held-out functions (calibration = 0)")
-    metrics = {**run.metrics, **_test_metrics(run.posterior, data, run.config, held_out)}
+    metrics = {**run.metrics, **_test_metrics(run.posterior, fit_data, run.config, held_out)}
     if get_method(run.config.method).draws:  # also for runs before R̂
         metrics.update(_prediction_diagnostics(run.posterior, data))
     atomic_write(path / "posterior.pt", lambda fh: torch.save(run.posterior.state_dict(), fh))
