@@ -586,3 +586,21 @@ def test_an_error_rough_on_the_grid_is_fitted_on_the_residuals_themselves(monkey
             assert got < 100 * level - 5 or level == 0.99, (level, got)
         else:
             assert abs(got - 100 * level) < 2.0, (level, got)
+
+
+def test_the_likelihood_in_blocks_of_functions_is_the_likelihood_whole(monkeypatch):
+    """The scale likelihood is a sum over functions: taken a few functions at a time (its
+    memory bounded whatever their number) it gives the same k and standard error, to the
+    bit, for Gaussian, Student-t and mixed bands."""
+    from bdeeponet.calibration import scales
+
+    rng = np.random.default_rng(13)
+    n, p = 30, 40
+    std = 0.01 * rng.uniform(0.5, 1.5, size=(n, p))
+    r = 1.2 * std * rng.standard_t(5, size=(n, p)) + 0.005 * rng.standard_normal((n, p))
+    mixed = np.where(rng.uniform(size=(n, p)) < 0.5, np.inf, rng.uniform(2.0, 50.0, (n, p)))
+    for dof in (None, np.full((n, p), np.inf), np.full((n, p), 5.0), mixed):
+        whole = scale_likelihood(r, std, 0.005, dof)
+        monkeypatch.setattr(scales, "_LIKELIHOOD_BLOCK", 3 * p)  # 3 functions, or 1 of a t
+        assert scale_likelihood(r, std, 0.005, dof) == whole
+        monkeypatch.undo()

@@ -180,25 +180,42 @@ _MIXING_POINTS = 32  # quadrature points of the Student-t's Gamma mixing
 
 @functools.cache
 def _mixing_table() -> np.ndarray:
-    """(len(_DOF_NODES), Q): the nodes of :func:`_mixing_nodes` at each tabulated dof."""
+    """(len(_DOF_NODES) + 1, Q): the nodes of :func:`_mixing_nodes` at each tabulated dof,
+    and a last row of ones (a Gaussian's)."""
     u = (np.arange(_MIXING_POINTS) + 0.5) / _MIXING_POINTS
-    return gamma_dist.ppf(u[None, :], a=_DOF_NODES[:, None] / 2, scale=2 / _DOF_NODES[:, None])
+    table = gamma_dist.ppf(u[None, :], a=_DOF_NODES[:, None] / 2, scale=2 / _DOF_NODES[:, None])
+    return np.vstack([table, np.ones(_MIXING_POINTS)])
 
 
-def _mixing_nodes(dof) -> np.ndarray:
+def _mixing_index(dof) -> np.ndarray | None:
+    """Per entry of ``dof``, the row of :func:`_mixing_table` its Student-t is rounded to
+    (tabulated 4% apart), or ``len(_DOF_NODES)`` where it is Gaussian (inf, or beyond the
+    table); None where every entry is Gaussian (or ``dof`` is None)."""
+    if dof is None:
+        return None
+    dof = np.asarray(dof, dtype=np.float64)
+    fin = np.isfinite(dof) & (dof < _DOF_NODES[-1])
+    if not fin.any():
+        return None
+    idx = np.full(dof.shape, len(_DOF_NODES), dtype=np.int32)
+    idx[fin] = np.clip(np.round(np.log(np.maximum(dof[fin], 1.0)) / np.log(_DOF_NODES[1])),
+                       0, len(_DOF_NODES) - 1)
+    return idx
+
+
+def _mixing_nodes(index: np.ndarray | None) -> np.ndarray:
     """``g`` (..., Q): equal-weight quadrature nodes (quantile midpoints) of the Gamma(ν/2,
     rate ν/2) precision that makes a Student-t a Gaussian scale mixture, ``t_ν = N(0, 1/g)``,
-    for each entry of ``dof`` (rounded to a table 4% apart; inf or None: g = 1)."""
-    if dof is None:
-        return np.ones((1, _MIXING_POINTS))
-    table = _mixing_table()
-    dof = np.asarray(dof, dtype=np.float64)
-    g = np.ones((*dof.shape, _MIXING_POINTS))
-    fin = np.isfinite(dof) & (dof < _DOF_NODES[-1])
-    idx = np.clip(np.round(np.log(np.maximum(dof[fin], 1.0)) / np.log(_DOF_NODES[1])).astype(int),
-                  0, len(_DOF_NODES) - 1)
-    g[fin] = table[idx]
-    return g
+    at the rows ``index`` of :func:`_mixing_index`; a Gaussian is its one node g = 1, so
+    with ``index`` None, (1, 1)."""
+    if index is None:
+        return np.ones((1, 1))
+    return _mixing_table()[index]
+
+
+_LIKELIHOOD_BLOCK = 2**21
+"""Entries (function × point × node) of one block of :func:`scale_likelihood`'s arrays: its
+memory is a few such blocks (16 MB each) whatever the number of held-out functions."""
 
 
 def scale_likelihood(residual, std, noise_std: float, dof=None,
@@ -215,14 +232,22 @@ def scale_likelihood(residual, std, noise_std: float, dof=None,
     grid's diffusion-reaction at σ = 0.1 (4 chains; the noise 13 times the error) its standard
     error is a factor of 1.19 (90% interval 0.97-1.83) where the held-out coverages admit
     any k from 0.01 to 2.1."""
-    r2 = (np.asarray(residual, dtype=np.float64) ** 2)[..., None]
-    s2g = (np.asarray(std, dtype=np.float64) ** 2)[..., None] / _mixing_nodes(dof)
+    r2 = np.asarray(residual, dtype=np.float64) ** 2
+    s2 = np.asarray(std, dtype=np.float64) ** 2
+    index = _mixing_index(dof)
     var_noise = float(noise_std) ** 2
+    nodes = 1 if index is None else _MIXING_POINTS
+    block = max(1, _LIKELIHOOD_BLOCK // (r2[0].size * nodes))  # functions at a time
 
     def per_function(log_k):
-        var = np.maximum(math.exp(2 * log_k) * s2g + var_noise, 1e-300)
-        dens = np.mean(np.exp(-0.5 * r2 / var) / np.sqrt(var), axis=-1)
-        return np.log(np.maximum(dens, 1e-300)).sum(axis=-1)
+        k2, out = math.exp(2 * log_k), np.empty(len(r2))
+        for a in range(0, len(r2), block):
+            b = slice(a, a + block)
+            g = _mixing_nodes(None if index is None else index[b])
+            var = np.maximum(k2 * (s2[b, ..., None] / g) + var_noise, 1e-300)
+            dens = np.mean(np.exp(-0.5 * r2[b, ..., None] / var) / np.sqrt(var), axis=-1)
+            out[b] = np.log(np.maximum(dens, 1e-300)).sum(axis=-1)
+        return out
 
     lo, hi = math.log(bounds[0]), math.log(bounds[1])
     best = minimize_scalar(lambda x: -per_function(x).sum(), bounds=(lo, hi), method="bounded",
