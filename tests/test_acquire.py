@@ -184,3 +184,36 @@ def test_the_command_line_offers_every_criterion_and_error():
     sub = next(a for a in build_parser()._actions if a.dest == "command").choices["acquire"]
     choices = {a.dest: a.choices for a in sub._actions}
     assert tuple(choices["criterion"]) == CRITERIA and tuple(choices["error"]) == ERRORS
+
+
+def test_solved_inputs_are_written_as_generate_writes_data(tmp_path):
+    """``generate --inputs`` without ``--merge-into`` records the sensors and the periodic
+    coordinates ``generate`` records; each set of inputs gets noise draws of its own (two
+    rounds of picks merged one after the other do not repeat one noise), and the same
+    inputs the same draws."""
+    from bdeeponet.cli import main
+    from bdeeponet.data import load
+
+    data = tmp_path / "d.npz"
+    assert main(["generate", "advection_diffusion", "--noise", "0.01", "--n-train", "8",
+                 "--n-test", "2", "--out", str(data)]) == 0
+    made = load(data)
+    first, second = tmp_path / "a.npz", tmp_path / "b.npz"
+    np.savez(first, u=made.u_train[:3])
+    np.savez(second, u=made.u_test)
+    alone = tmp_path / "alone.npz"
+    assert main(["generate", "advection_diffusion", "--inputs", str(first), "--noise", "0.01",
+                 "--out", str(alone)]) == 0
+    solved = load(alone)
+    np.testing.assert_allclose(solved.sensors, made.sensors, atol=1e-12)
+    assert solved.meta["periodic"] == made.meta["periodic"] and solved.periodic == made.periodic
+    np.testing.assert_allclose(solved.s_train_clean, made.s_train_clean[:3], atol=1e-6)
+    merged = [tmp_path / "m1.npz", tmp_path / "m2.npz"]
+    assert main(["generate", "advection_diffusion", "--inputs", str(first), "--merge-into",
+                 str(data), "--out", str(merged[0])]) == 0
+    assert main(["generate", "advection_diffusion", "--inputs", str(second), "--merge-into",
+                 str(merged[0]), "--out", str(merged[1])]) == 0
+    full = load(merged[1])
+    noise = full.s_train - full.s_train_clean
+    assert not np.allclose(noise[8:10], noise[11:13])  # round 1's first two rows, round 2's
+    np.testing.assert_array_equal(noise[8:11], (solved.s_train - solved.s_train_clean))

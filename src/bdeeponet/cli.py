@@ -6,6 +6,7 @@ Every bad input ends with one line ``error: ...`` on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import sys
@@ -307,7 +308,7 @@ def cmd_generate(args) -> None:
 def _generate_from_inputs(problem, args) -> None:
     """Solve given inputs (``acquire``'s picks) and write them as training functions, merged
     into a data file when asked (train -> acquire -> generate --inputs -> train)."""
-    from .data import OperatorData, load, read_npz, solve_inputs
+    from .data import OperatorData, input_sensors, load, problem_meta, read_npz, solve_inputs
 
     if not args.out.endswith(".npz"):
         raise UsageError(f"--out must end in .npz with --inputs, got '{args.out}'")
@@ -324,11 +325,15 @@ def _generate_from_inputs(problem, args) -> None:
     if sd is None or not (np.isfinite(sd) and sd > 0):
         raise UsageError("--noise SD (> 0) is required (or --merge-into a file that records its "
                          "noise sd)")
-    noisy = s + sd * np.random.default_rng(args.seed).standard_normal(s.shape)
+    # the noise's seed draws on the inputs too: each round of picks gets draws of its own
+    digest = hashlib.sha256(np.ascontiguousarray(u).tobytes()).digest()
+    rng = np.random.default_rng([args.seed, int.from_bytes(digest[:8], "little")])
+    noisy = s + sd * rng.standard_normal(s.shape)
     meta = {"problem": problem.name, "noise_std": float(sd), "solved_inputs": args.inputs}
     if base is None:
-        data = OperatorData(u, noisy, u, s, problem.query_points(), s_train_clean=s,
-                            noise_std=float(sd), meta=meta)
+        data = OperatorData(u, noisy, u, s, problem.query_points(),
+                            input_sensors(problem, u.shape[1]), s, float(sd),
+                            {**problem_meta(problem), **meta})
     else:
         if base.y.shape != problem.query_points().shape or not np.allclose(
                 base.y, problem.query_points()):

@@ -340,18 +340,11 @@ def generate(
     if relative:
         noise_std = float(noise_std * s[:n_train].std())
     noisy = s[:n_train] + noise_std * rng.standard_normal(s[:n_train].shape)
-    meta = {
-        "problem": problem.name,
-        "parameters": {k: _jsonable(v) for k, v in dataclasses.asdict(problem).items()},
-        "noise_std": noise_std,
-        "format_version": FORMAT_VERSION,
-    }
+    meta = {**problem_meta(problem), "noise_std": noise_std}
     if not hasattr(problem, "draw"):
         meta["length_scale"] = 0.2 if length_scale is None else length_scale
     if relative:
         meta["noise_relative"] = factor
-    if problem.periodic_coordinates:
-        meta["periodic"] = [[j, period] for j, period in problem.periodic_coordinates]
     return OperatorData(
         u_train=u[:n_train],
         s_train=noisy,
@@ -369,15 +362,35 @@ def _jsonable(v):
     return v.item() if isinstance(v, np.generic) else v
 
 
+def problem_meta(problem) -> dict:
+    """What a data file records of the problem that made it: its name and parameters, the
+    format version and the coordinates in which its solutions are periodic."""
+    meta = {
+        "problem": problem.name,
+        "parameters": {k: _jsonable(v) for k, v in dataclasses.asdict(problem).items()},
+        "format_version": FORMAT_VERSION,
+    }
+    if problem.periodic_coordinates:
+        meta["periodic"] = [[j, period] for j, period in problem.periodic_coordinates]
+    return meta
+
+
+def input_sensors(problem, m: int) -> np.ndarray:
+    """The sensors (m, d_in) at which :func:`solve_inputs` takes inputs of m values: a
+    field problem's own, else m equispaced points on [0, 1] (as ``generate`` writes them)."""
+    if hasattr(problem, "draw"):
+        return problem.sensor_points()
+    return np.linspace(0.0, 1.0, m)[:, None]
+
+
 def solve_inputs(problem, u) -> np.ndarray:
-    """Clean solutions (n, P) for inputs u (n, m) given at m equispaced sensors on [0, 1]
-    (as ``generate`` writes them); a field problem solves at its own sensors."""
+    """Clean solutions (n, P) for inputs u (n, m) given at :func:`input_sensors`."""
     u = np.asarray(u, dtype=np.float64)
     if u.ndim != 2 or u.shape[1] < 2:
         raise ValueError(f"inputs must have shape (n, m) with m >= 2, got {u.shape}")
     if hasattr(problem, "draw"):
         return problem.solve(u)
-    return problem.solve(np.linspace(0.0, 1.0, u.shape[1]), u)
+    return problem.solve(input_sensors(problem, u.shape[1])[:, 0], u)
 
 
 def draw_inputs(problem, n: int, rng: np.random.Generator, m: int | None = None,
