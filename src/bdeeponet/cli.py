@@ -491,7 +491,7 @@ def cmd_train(args) -> None:
     check = result.metrics.get("calibration_check")
     # a band scaled per level (one chain, MC dropout) is expected to fail the one-scale check
     if check and not check["resolved"] and not scale_pinned(check) and (
-            check["consistent"] or band_trusted(config, result.posterior)):
+            check["consistent"] or band_trusted(config)):
         print(f"warning: {check_message(check)}", file=sys.stderr)
     print(f"run written to {out}/ (figures: {', '.join(f.name for f in figs)})")
 

@@ -483,10 +483,10 @@ def split_calibration(data: OperatorData, config: TrainConfig):
     return fit_data, (data.u_train[cal], data.s_train[cal])
 
 
-def band_trusted(config: TrainConfig, post) -> bool:
-    """Whether the band of ``post``, a run of ``config``, is kept unless held-out functions
-    reject it (:meth:`~bdeeponet.samplers.methods.Method.band_trusted`)."""
-    return get_method(config.method).band_trusted(getattr(post, "chains", 1))
+def band_trusted(config: TrainConfig) -> bool:
+    """Whether the band of a run of ``config`` is kept unless held-out functions reject it
+    (:meth:`~bdeeponet.samplers.methods.Method.band_trusted`)."""
+    return get_method(config.method).band_trusted(config.n_chains)
 
 
 def _test_metrics(post, data: OperatorData, config: TrainConfig, held_out) -> dict:
@@ -498,7 +498,7 @@ def _test_metrics(post, data: OperatorData, config: TrainConfig, held_out) -> di
         pred = post.predict(held_out[0], data.y, seed=seed)
         post.calibration = fit_calibration(pred["mean"].numpy(), pred["raw_std"].numpy(),
                                            held_out[1], post.noise_std, dof=pred["dof"].numpy(),
-                                           y=data.y, trust_band=band_trusted(config, post)).to_dict()
+                                           y=data.y, trust_band=band_trusted(config)).to_dict()
     pred = post.predict(data.u_test, data.y, seed=seed)
     metrics = test_metrics(pred["mean"].numpy(), pred["raw_std"].numpy(), data, post,
                            pred["dof"].numpy(), seed=seed)

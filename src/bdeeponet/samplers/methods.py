@@ -46,12 +46,14 @@ class Method:
 
     def band_trusted(self, chains: int) -> bool:
         """How its band is calibrated: True where calibration keeps the band unless held-out
-        functions reject it (several chains or members, whose disagreement is in it; the
-        linear baseline's exact posterior), False where each level gets its own scale (one
-        chain, MC dropout: local spreads; :func:`bdeeponet.calibration.fit_calibration`)."""
+        functions reject it (several sampled chains, whose disagreement is in it; the linear
+        baseline's exact posterior), False where each level gets its own scale (one chain,
+        MC dropout: local spreads; a deep ensemble's few MAP members, whose spread gains
+        nothing over a level-by-level fit, docs/bands.md;
+        :func:`bdeeponet.calibration.fit_calibration`)."""
         if not self.network:
             return True
-        return chains > 1 and not self.dropout
+        return chains > 1 and self.draws and not self.dropout
 
     def build(self, config, model, steps_per_epoch: int):
         """The sampler of a run of ``config`` (a :class:`~bdeeponet.config.TrainConfig`) on
