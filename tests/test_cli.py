@@ -239,10 +239,11 @@ def test_generate_field_bad_input_writes_nothing(capsys, tmp_path, problem, extr
         (["--epochs", "2", "--burn-in", "2"], ["burn_in"]),
         (["--activation", "sine", "--epochs", "1"], ["'sine'", "tanh"]),
         (["--config", "no_such.toml"], ["no such config file"]),
+        (["--epochs", "30", "--thin", "100"], ["thin (100) keeps no sample", "sampled epochs"]),
     ],
     ids=["method", "c", "tau-order", "tau-equal", "lr", "noise-std", "noise-std-zero",
          "calibration-range", "calibration-too-large", "metric", "epochs", "burn-in",
-         "activation", "config"],
+         "activation", "config", "thin"],
 )
 def test_train_bad_option_writes_nothing(capsys, tmp_path, data_file, extra, words):
     out = tmp_path / "run"
@@ -261,6 +262,23 @@ def test_train_unreadable_config_file(capsys, tmp_path, data_file, kind):
         config.write_text("epochs = = 3\n")
     out = tmp_path / "run"
     assert_error(cli(capsys, "train", data_file, "--out", out, "--config", config), str(config))
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("line", "words"), [
+    ('epochs = "ten"', ["epochs must be of type int", "'ten'"]),
+    ("chains = 2.5", ["chains must be of type int | None", "2.5"]),
+    ("noise_std = true", ["noise_std must be of type float | string | None", "True"]),
+    ('standardise = "yes"', ["standardise must be of type bool", "'yes'"]),
+    ("burn_in = 2.5", ["burn_in must be of type int | None", "2.5"]),
+], ids=["string-for-int", "float-for-int", "bool-for-number", "string-for-bool", "burn-in"])
+def test_train_config_file_of_the_wrong_types(capsys, tmp_path, data_file, line, words):
+    """A value of another type than the field's in a --config file is one error line, and
+    nothing is written (an int is taken where a float is declared)."""
+    config = tmp_path / "config.toml"
+    config.write_text(line + "\n")
+    out = tmp_path / "run"
+    assert_error(cli(capsys, "train", data_file, "--out", out, "--config", config), *words)
     assert not out.exists()
 
 

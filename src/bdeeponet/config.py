@@ -96,6 +96,11 @@ class TrainConfig:
     checkpoint_every: int = _opt(100, "epochs between checkpoints")
 
     def __post_init__(self):
+        for f in fields(self):  # a value of another type (a TOML file's "ten", 2.5 chains)
+            value = getattr(self, f.name)
+            if not any(_is(value, t.strip()) for t in f.type.split("|")):
+                raise ValueError(f"{f.name} must be of type {f.type.replace('str', 'string')}, "
+                                 f"got {value!r}")
         kind = get_method(self.method)  # ValueError naming the choices
         for name in ("epochs", "batch_size", "width", "depth", "latent", "mc_samples",
                      "checkpoint_every", "fisher_samples", "channels"):
@@ -163,6 +168,9 @@ class TrainConfig:
                              "and --symmetry moves the functions: use one or the other")
         if self.thin is not None and self.thin < 1:
             raise ValueError(f"thin must be >= 1, got {self.thin}")
+        if kind.draws and self.thin is not None and self.thin > self.epochs - self.burn_in_epochs:
+            raise ValueError(f"thin ({self.thin}) keeps no sample of the "
+                             f"{self.epochs - self.burn_in_epochs} sampled epochs (epochs - burn-in)")
 
     @property
     def n_chains(self) -> int:
@@ -216,6 +224,18 @@ class TrainConfig:
 
     def updated(self, **changes) -> TrainConfig:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def _is(value, kind: str) -> bool:
+    """Whether ``value`` is of the annotated type ``kind`` (int, float, str, bool or None):
+    a bool is no number, an int is a float."""
+    if kind == "None":
+        return value is None
+    if kind == "bool":
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, {"int": int, "float": (int, float), "str": str}[kind])
 
 
 def load_toml(path: str | Path) -> dict:
