@@ -811,3 +811,25 @@ def test_reproduce_refuses_a_bad_network_size_before_any_work(capsys, tmp_path):
     assert_error(cli(capsys, "reproduce", "--out", tmp_path / "grid", "--width", "0",
                      "--epochs", "2", "--device", "cpu"), "width must be >= 1, got 0")
     assert not (tmp_path / "grid").exists()
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    (["--workers", "0"], ["workers must be >= 1, got 0"]),
+    (["--seeds", "-1"], ["seeds must be integers >= 0", "-1"]),
+    (["--methods", "ensemble", "--chains", "1"], ["ensemble needs chains >= 2"]),
+], ids=["workers", "seed", "ensemble-of-one"])
+def test_reproduce_checks_every_option_before_writing_data(capsys, tmp_path, extra, words):
+    assert_error(cli(capsys, "reproduce", "--out", tmp_path / "grid", "--problems",
+                     "antiderivative", "--epochs", "2", "--device", "cpu", *extra), *words)
+    assert not (tmp_path / "grid").exists()
+
+
+@pytest.mark.parametrize("flag", [["--relative-noise"], ["--mat73"], ["--m", "7"],
+                                  ["--length-scale", "0.1"]])
+def test_generate_inputs_refuses_the_options_of_drawn_inputs(capsys, tmp_path, flag):
+    picked = tmp_path / "picked.npz"
+    np.savez(picked, u=np.zeros((2, 100)))
+    out = tmp_path / "g.npz"
+    assert_error(cli(capsys, "generate", "antiderivative", "--inputs", picked, "--noise", "0.01",
+                     "--out", out, *flag), flag[0], "does not apply with --inputs")
+    assert not out.exists()

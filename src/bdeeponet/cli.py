@@ -312,6 +312,11 @@ def _generate_from_inputs(problem, args) -> None:
 
     if not args.out.endswith(".npz"):
         raise UsageError(f"--out must end in .npz with --inputs, got '{args.out}'")
+    for flag, given in (("--relative-noise", args.relative_noise), ("--mat73", args.mat73),
+                        ("--m", args.m is not None), ("--length-scale", args.length_scale is not None)):
+        if given:
+            raise UsageError(f"{flag} does not apply with --inputs: the inputs are given, and "
+                             "--noise is the noise's sd itself")
     arrays = read_npz(args.inputs)
     if "u" not in arrays:
         raise UsageError(f"{args.inputs}: missing key 'u' (the inputs to solve, shape (n, m))")

@@ -89,9 +89,15 @@ def make_jobs(scen, methods, seeds, epochs, chains: int | None = None,
             raise ValueError(f"{k} must be an integer, got {v!r}")
     model = {k: int(v) for k, v in model.items() if v is not None}
     TrainConfig(**model)  # its own checks (>= 1)
-    return [Job(p, n, m, s, epochs, None if get_method(m).single else chains,
+    for s in seeds:
+        if isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 0:
+            raise ValueError(f"seeds must be integers >= 0, got {s!r}")
+    jobs = [Job(p, n, m, s, epochs, None if get_method(m).single else chains,
                 **(model if get_method(m).network else {}))
             for p, n in scen for m in methods for s in seeds]
+    for job in jobs:  # each run's own checks (an ensemble of one member), before any work
+        job.config()
+    return jobs
 
 
 def ensure_data(out: Path, scen) -> None:
@@ -239,6 +245,8 @@ def reproduce(out, problems=None, noises=None, methods=PAPER_METHODS, epochs=800
     out = Path(out)
     scen = scenarios(problems, noises)
     jobs = make_jobs(scen, methods, seeds, epochs, chains, model)
+    if executor == "local" and workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     ensure_data(out, scen)
     t0 = time.perf_counter()
     n_trained = execute(out, jobs, workers, executor, progress, ray_address, device)
