@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -409,9 +410,16 @@ def test_unfinished_run_directory(capsys, tmp_path, runs, data_file, u_file, com
         ({"u": np.zeros((2, M)), "y": np.zeros((4, 2))}, ["'y'", "(P, 1)"]),
         ({"u": np.full((2, M), np.nan)}, ["'u'", "NaN"]),
         ({"v": np.zeros((2, M))}, ["missing key 'u'"]),
-        ({"u": np.full((2, M), "x")}, ["'u'", "must hold numbers"]),
+        ({"u": np.full((2, M), "x")}, ["'u'", "must hold real numbers"]),
+        ({"u": np.full((2, M), "1.5")}, ["'u'", "must hold real numbers"]),
+        ({"u": np.ones((2, M), bool)}, ["'u'", "must hold real numbers", "bool"]),
+        ({"u": np.ones((2, M), complex)}, ["'u'", "must hold real numbers", "complex"]),
+        ({"u": np.full((2, M), 1e300)}, ["'u'", "float32's range"]),
+        ({"u": np.zeros((0, M))}, ["'u'", "no rows"]),
+        ({"u": np.zeros((2, M)), "y": np.zeros((0, 1))}, ["'y'", "no rows"]),
     ],
-    ids=["u-sensor-count", "u-rank", "y-dim", "u-nan", "no-u", "u-text"],
+    ids=["u-sensor-count", "u-rank", "y-dim", "u-nan", "no-u", "u-text", "u-numeric-text",
+         "u-bool", "u-complex", "u-huge", "u-empty", "y-empty"],
 )
 def test_predict_bad_input_writes_nothing(capsys, tmp_path, runs, arrays, words):
     path = tmp_path / "input.npz"
@@ -833,3 +841,60 @@ def test_generate_inputs_refuses_the_options_of_drawn_inputs(capsys, tmp_path, f
     assert_error(cli(capsys, "generate", "antiderivative", "--inputs", picked, "--noise", "0.01",
                      "--out", out, *flag), flag[0], "does not apply with --inputs")
     assert not out.exists()
+
+
+def _damage(run: Path, how: str) -> None:
+    if how == "posterior-empty":
+        (run / "posterior.pt").write_bytes(b"")
+    elif how == "posterior-text":
+        (run / "posterior.pt").write_text("not a posterior\nsecond line\n")
+    elif how == "posterior-tensor":
+        torch.save(torch.zeros(3), run / "posterior.pt")
+    elif how == "samples-width":
+        state = torch.load(run / "posterior.pt", weights_only=True)
+        state["samples"] = state["samples"][:, :-1]
+        torch.save(state, run / "posterior.pt")
+    elif how == "metrics-list":
+        (run / "metrics.json").write_text("[1]")
+
+
+@pytest.mark.parametrize("how", ["posterior-empty", "posterior-text", "posterior-tensor",
+                                 "samples-width", "metrics-list"])
+def test_a_damaged_run_directory_is_one_error_line(capsys, tmp_path, runs, data_file, how):
+    run = tmp_path / "run"
+    shutil.copytree(runs("sgld"), run)
+    _damage(run, how)
+    u = tmp_path / "u.npz"
+    np.savez(u, u=new_inputs(2))
+    for argv in (["predict", run, u, "--out", tmp_path / "p.npz"], ["evaluate", run, data_file],
+                 ["calibrate", run, data_file]):
+        assert_error(cli(capsys, *argv), str(run), "is not a readable run directory")
+    assert not (tmp_path / "p.npz").exists()
+
+
+@pytest.mark.parametrize("text", ["{}", "[1, 2]", '{"train": {"epochs": "x"}}'])
+def test_resume_from_a_damaged_config_is_one_error_line(capsys, tmp_path, data_file, text):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json").write_text(text)
+    assert_error(cli(capsys, "train", data_file, "--out", out, "--resume", *TINY),
+                 "config.json", "is not a run's settings")
+    assert (out / "config.json").read_text() == text
+
+
+def test_a_corrupt_compressed_data_file_is_one_error_line(capsys, tmp_path, data_file):
+    with np.load(data_file) as z:
+        arrays = dict(z)
+    packed = tmp_path / "packed.npz"
+    np.savez_compressed(packed, **arrays)
+    raw = bytearray(packed.read_bytes())
+    first = zipfile.ZipFile(packed).infolist()[0]
+    at = first.header_offset  # its local header, then its name and extra field, then data
+    start = at + 30 + int.from_bytes(raw[at + 26:at + 28], "little") + int.from_bytes(
+        raw[at + 28:at + 30], "little")
+    raw[start:start + 2] = b"\xff\xff"  # a deflate block of an invalid type
+    broken = tmp_path / "broken.npz"
+    broken.write_bytes(bytes(raw))
+    assert_error(cli(capsys, "train", broken, "--out", tmp_path / "run", *TINY), str(broken),
+                 "not a readable .npz file")
+    assert not (tmp_path / "run").exists()

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .run import Run, as_run
+from .run import Run, as_run, input_array
 
 MAX_POINTS = 256
 CRITERIA = ("reduction", "variance", "noisy")  # the first is the default
@@ -50,12 +50,7 @@ def acquire(run: Run, u_pool, k: int, y=None, criterion: str = CRITERIA[0],
     the solution's size, as e2 measures error; ``"absolute"``: as they are. ``y``: the
     query points (default: the run's training ones)."""
     run = as_run(run)
-    u = np.asarray(u_pool, dtype=np.float64)
-    if u.ndim != 2 or u.shape[1] != run.n_sensors:
-        raise ValueError(f"the pool's 'u' must have shape (n, {run.n_sensors}) (the run's "
-                         f"sensor count), got {u.shape}")
-    if not np.all(np.isfinite(u)):
-        raise ValueError("the pool's 'u' contains NaN or inf")
+    u = input_array("the pool's 'u'", u_pool, run.n_sensors, "n", "the run's sensor count")
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= len(u):
         raise ValueError(f"--n must be an integer in [1, {len(u)}] (the pool's size), got {k}")
     if criterion not in CRITERIA:

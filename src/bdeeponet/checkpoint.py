@@ -130,7 +130,7 @@ def load(path: str | Path, device: torch.device | str | None = None) -> dict:
     if isinstance(tree, dict) and tree.get("format") == "bdeeponet-checkpoint-1":
         raise CheckpointError(f"{path} was written by an earlier version (one chain kept "
                               "without a chain dimension); start the run afresh")
-    if not isinstance(tree, dict) or tree.get("format") != FORMAT:
+    if not isinstance(tree, dict) or tree.get("format") != FORMAT or "state" not in tree:
         raise CheckpointError(f"{path} is not a bdeeponet checkpoint")
     return decode(tree["state"])
 

@@ -30,6 +30,7 @@ import numbers
 import os
 import reprlib
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -271,8 +272,10 @@ def read_npz(path) -> dict[str, np.ndarray]:
             return {key: _read_member(path, z, key) for key in z.files}
     except DataError:
         raise
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, zlib.error) as exc:
         raise DataError(f"{path} is not a readable .npz file ({exc})") from None
+    except MemoryError:  # a member's header claims an array larger than the machine
+        raise DataError(f"{path} is not a readable .npz file (an array too large for memory)") from None
 
 
 def _read_member(path, z, key: str) -> np.ndarray:

@@ -59,6 +59,10 @@ class Posterior:
                              f"{self.chains} chains")
         self.model = DeepONet(self.config)
         self.template = {k: v.detach() for k, v in self.model.named_parameters()}
+        width = sum(v.numel() for v in self.template.values())
+        if self.samples.dim() != 2 or self.samples.shape[1] != width:
+            raise ValueError(f"samples of shape {tuple(self.samples.shape)} are not parameter "
+                             f"vectors of this network ({width} parameters each)")
 
     kind = "deeponet"
 

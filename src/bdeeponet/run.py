@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,11 +53,17 @@ def load_run(path: str | Path) -> Run:
         conf = json.loads((path / "config.json").read_text())
         config = TrainConfig.from_dict(conf["train"])
         state = torch.load(path / "posterior.pt", weights_only=True)
+        if not isinstance(state, dict):
+            raise TypeError(f"posterior.pt holds a {type(state).__name__}, not a posterior")
         kind = LinearPosterior if state.get("kind") == "linear" else Posterior
         posterior = kind.from_state_dict(state)
         metrics = json.loads((path / "metrics.json").read_text())
-    except (OSError, KeyError, TypeError, ValueError, RuntimeError) as exc:
-        raise RunError(f"{path} is not a readable run directory ({exc})") from None
+        if not isinstance(metrics, dict):
+            raise TypeError(f"metrics.json holds a {type(metrics).__name__}, not an object")
+    except (OSError, KeyError, TypeError, ValueError, RuntimeError, EOFError, AttributeError,
+            pickle.UnpicklingError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RunError(f"{path} is not a readable run directory ({reason})") from None
     return Run(path, config, posterior, metrics, conf)
 
 
@@ -82,16 +89,8 @@ def predict(run: Run, u, y, level: float = 0.95, function_level: float = 0.95,
     ``false_alarm`` rate; NaN and False for a run without held-out functions)."""
     run = as_run(run)
     check_false_alarm(false_alarm)
-    u, y = _float_array("u", u), _float_array("y", y)
-    if u.ndim != 2 or u.shape[1] != run.n_sensors:
-        raise ValueError(
-            f"'u' must have shape (n, {run.n_sensors}) (the run's sensor count), got {u.shape}"
-        )
-    if y.ndim != 2 or y.shape[1] != run.dim_y:
-        raise ValueError(f"'y' must have shape (P, {run.dim_y}), got {y.shape}")
-    for key, a in (("u", u), ("y", y)):
-        if not np.all(np.isfinite(a)):
-            raise ValueError(f"'{key}' contains NaN or inf")
+    u = input_array("'u'", u, run.n_sensors, "n", "the run's sensor count")
+    y = input_array("'y'", y, run.dim_y, "P", "the run's query dimension")
     if isinstance(run.posterior, Posterior):
         run.posterior.to(resolve_device(device))
     out = run.posterior.predict(u, y, seed=run.config.seed)
@@ -106,12 +105,26 @@ def predict(run: Run, u, y, level: float = 0.95, function_level: float = 0.95,
     return result
 
 
-def _float_array(key: str, a) -> np.ndarray:
-    try:
-        return np.ascontiguousarray(a, dtype=np.float64)  # (torch takes no negative strides)
-    except (TypeError, ValueError):
-        kind = getattr(np.asarray(a), "dtype", "unknown")
-        raise ValueError(f"'{key}' must hold numbers, got dtype {kind}") from None
+def input_array(name: str, a, width: int, rows: str, what: str) -> np.ndarray:
+    """``a`` as a float64 array (k, width) of at least one row, of real numbers the network's
+    float32 arithmetic holds; ValueError naming ``name`` otherwise (strings, booleans and
+    complex numbers are not taken as numbers)."""
+    kind = getattr(np.asarray(a), "dtype", None)
+    if kind is None or kind.kind not in "fiu":
+        raise ValueError(f"{name} must hold real numbers, got dtype {kind}")
+    a = np.ascontiguousarray(a, dtype=np.float64)  # (torch takes no negative strides)
+    if a.ndim != 2 or a.shape[1] != width:
+        raise ValueError(f"{name} must have shape ({rows}, {width}) ({what}), got {a.shape}")
+    if len(a) == 0:
+        raise ValueError(f"{name} holds no rows")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} contains NaN or inf")
+    if np.abs(a).max() > _FLOAT32_MAX:
+        raise ValueError(f"{name} holds values beyond float32's range (|x| > 3.4e38)")
+    return a
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def evaluate(run: Run, data: OperatorData, device: torch.device | str | None = "auto") -> dict:

@@ -586,7 +586,11 @@ def settings_differ(out: Path, config: TrainConfig) -> list[str]:
     path = Path(out) / "config.json"
     if not path.exists():
         return []
-    saved = TrainConfig.from_dict(json.loads(path.read_text())["train"]).to_dict()
+    try:
+        conf = json.loads(path.read_text())
+        saved = TrainConfig.from_dict(conf["train"]).to_dict()
+    except (KeyError, TypeError, ValueError) as exc:  # JSON errors are ValueErrors
+        raise ValueError(f"{path} is not a run's settings ({type(exc).__name__}: {exc})") from None
     now = config.to_dict()
     return sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
 
