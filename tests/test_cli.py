@@ -241,10 +241,12 @@ def test_generate_field_bad_input_writes_nothing(capsys, tmp_path, problem, extr
         (["--activation", "sine", "--epochs", "1"], ["'sine'", "tanh"]),
         (["--config", "no_such.toml"], ["no such config file"]),
         (["--epochs", "30", "--thin", "100"], ["thin (100) keeps no sample", "sampled epochs"]),
+        (["--noise-std", "1e-300"], ["noise_std must be within [1e-30, 1e+30]"]),
+        (["--tau2", "1e300"], ["tau2 must be within [1e-30, 1e+30]"]),
     ],
     ids=["method", "c", "tau-order", "tau-equal", "lr", "noise-std", "noise-std-zero",
          "calibration-range", "calibration-too-large", "metric", "epochs", "burn-in",
-         "activation", "config", "thin"],
+         "activation", "config", "thin", "noise-std-tiny", "tau2-huge"],
 )
 def test_train_bad_option_writes_nothing(capsys, tmp_path, data_file, extra, words):
     out = tmp_path / "run"
@@ -898,3 +900,10 @@ def test_a_corrupt_compressed_data_file_is_one_error_line(capsys, tmp_path, data
     assert_error(cli(capsys, "train", broken, "--out", tmp_path / "run", *TINY), str(broken),
                  "not a readable .npz file")
     assert not (tmp_path / "run").exists()
+
+
+def test_sizes_beyond_memory_are_one_error_line(capsys, tmp_path):
+    out = tmp_path / "g.npz"
+    assert_error(cli(capsys, "generate", "antiderivative", "--noise", "0.01", "--n-train",
+                     "100000000000000", "--out", out), "out of memory")
+    assert not out.exists()

@@ -627,6 +627,10 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ValueError, TrainingDiverged, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except MemoryError:  # sizes asked for beyond the machine (a grid, a count of functions)
+        print("error: out of memory: the sizes asked for do not fit in this machine's memory",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("error: interrupted (a run can continue with --resume)", file=sys.stderr)
         return 130

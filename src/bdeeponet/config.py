@@ -13,6 +13,9 @@ from .samplers.mresgld import DEFAULT_C
 from .samplers.sgld import METRICS
 
 BRANCHES = ("mlp", "conv")
+SCALE_RANGE = (1e-30, 1e30)
+"""Where a noise or prior sd, a temperature or a step may lie: their squares and inverses
+stay numbers in float64 (1e-300 made the energy divide by zero)."""
 TRUNKS = ("mlp", "pod")
 SYMMETRIES = ("none", "square", "shift")
 
@@ -131,6 +134,9 @@ class TrainConfig:
                 continue
             if not (v > 0 and math.isfinite(v)):
                 raise ValueError(f"{name} must be a finite number > 0, got {v}")
+            if not SCALE_RANGE[0] <= v <= SCALE_RANGE[1]:  # its square, inverse, must be numbers
+                raise ValueError(f"{name} must be within [{SCALE_RANGE[0]:g}, {SCALE_RANGE[1]:g}], "
+                                 f"got {v:g}")
         if self.tau1 >= self.tau2:
             raise ValueError(f"tau1 must be < tau2, got tau1={self.tau1}, tau2={self.tau2}")
         if not 0.0 <= self.calibration < 1.0:

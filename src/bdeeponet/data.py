@@ -206,6 +206,8 @@ def validate(d: OperatorData) -> None:
         sd = float(sd.reshape(()))
         if not np.isfinite(sd) or sd <= 0:
             raise DataError(f"'noise_std' must be a finite number > 0, got {sd}")
+        if not 1e-30 <= sd <= 1e30:  # as config.SCALE_RANGE: its square and inverse are numbers
+            raise DataError(f"'noise_std' must be within [1e-30, 1e30], got {sd:g}")
         object.__setattr__(d, "noise_std", sd)
     _check_periodic(d.meta, d.y.shape[1])
 
