@@ -7,15 +7,13 @@ import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from .data import SCALE_RANGE
 from .model import ACTIVATIONS
 from .samplers.methods import METHOD_NAMES, get_method
 from .samplers.mresgld import DEFAULT_C
 from .samplers.sgld import METRICS
 
 BRANCHES = ("mlp", "conv")
-SCALE_RANGE = (1e-30, 1e30)
-"""Where a noise or prior sd, a temperature or a step may lie: their squares and inverses
-stay numbers in float64 (1e-300 made the energy divide by zero)."""
 TRUNKS = ("mlp", "pod")
 SYMMETRIES = ("none", "square", "shift")
 

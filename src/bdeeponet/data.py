@@ -39,6 +39,9 @@ from .grf import periodic_grf, rbf_grf
 from .io import atomic_write
 
 FORMAT_VERSION = 1
+SCALE_RANGE = (1e-30, 1e30)
+"""Where a noise or prior sd, a temperature or a step may lie: their squares and inverses
+stay numbers in float64 (1e-300 made the energy divide by zero)."""
 
 
 class DataError(ValueError):
@@ -206,8 +209,9 @@ def validate(d: OperatorData) -> None:
         sd = float(sd.reshape(()))
         if not np.isfinite(sd) or sd <= 0:
             raise DataError(f"'noise_std' must be a finite number > 0, got {sd}")
-        if not 1e-30 <= sd <= 1e30:  # as config.SCALE_RANGE: its square and inverse are numbers
-            raise DataError(f"'noise_std' must be within [1e-30, 1e30], got {sd:g}")
+        if not SCALE_RANGE[0] <= sd <= SCALE_RANGE[1]:
+            raise DataError(f"'noise_std' must be within [{SCALE_RANGE[0]:g}, {SCALE_RANGE[1]:g}], "
+                            f"got {sd:g}")
         object.__setattr__(d, "noise_std", sd)
     _check_periodic(d.meta, d.y.shape[1])
 

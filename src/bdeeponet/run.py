@@ -109,7 +109,10 @@ def input_array(name: str, a, width: int, rows: str, what: str) -> np.ndarray:
     """``a`` as a float64 array (k, width) of at least one row, of real numbers the network's
     float32 arithmetic holds; ValueError naming ``name`` otherwise (strings, booleans and
     complex numbers are not taken as numbers)."""
-    kind = getattr(np.asarray(a), "dtype", None)
+    try:
+        kind = np.asarray(a).dtype
+    except (TypeError, ValueError, RuntimeError):  # ragged lists, a tensor on a GPU
+        kind = None
     if kind is None or kind.kind not in "fiu":
         raise ValueError(f"{name} must hold real numbers, got dtype {kind}")
     a = np.ascontiguousarray(a, dtype=np.float64)  # (torch takes no negative strides)
