@@ -132,7 +132,10 @@ class TrainConfig:
                 continue
             if not (v > 0 and math.isfinite(v)):
                 raise ValueError(f"{name} must be a finite number > 0, got {v}")
-            if not SCALE_RANGE[0] <= v <= SCALE_RANGE[1]:  # its square, inverse, must be numbers
+            # an sd's or a temperature's square and inverse must be numbers (a step may be
+            # anything finite: a huge one diverges, and is caught as such)
+            if name in ("tau1", "tau2", "prior_std", "noise_std") and not (
+                    SCALE_RANGE[0] <= v <= SCALE_RANGE[1]):
                 raise ValueError(f"{name} must be within [{SCALE_RANGE[0]:g}, {SCALE_RANGE[1]:g}], "
                                  f"got {v:g}")
         if self.tau1 >= self.tau2:

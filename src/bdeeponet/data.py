@@ -40,8 +40,8 @@ from .io import atomic_write
 
 FORMAT_VERSION = 1
 SCALE_RANGE = (1e-30, 1e30)
-"""Where a noise or prior sd, a temperature or a step may lie: their squares and inverses
-stay numbers in float64 (1e-300 made the energy divide by zero)."""
+"""Where a noise or prior sd or a temperature may lie: their squares and inverses stay
+numbers in float64 (1e-300 made the energy divide by zero)."""
 
 
 class DataError(ValueError):
