@@ -199,9 +199,13 @@ class _GridProgress:
         self.progress.update(self.done, work=self.done_cost / self.total_cost)
 
 
-def _execute_local(out, todo, workers, bar, device) -> None:
+def _check_workers(workers: int) -> None:
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+
+
+def _execute_local(out, todo, workers, bar, device) -> None:
+    _check_workers(workers)
     ctx = mp.get_context("spawn")  # no forked torch thread pools
     with cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker) as pool:
         futures = {pool.submit(run_job, str(out), asdict(j), device): j for j in todo}
@@ -245,8 +249,8 @@ def reproduce(out, problems=None, noises=None, methods=PAPER_METHODS, epochs=800
     out = Path(out)
     scen = scenarios(problems, noises)
     jobs = make_jobs(scen, methods, seeds, epochs, chains, model)
-    if executor == "local" and workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    if executor == "local":  # before any data is written
+        _check_workers(workers)
     ensure_data(out, scen)
     t0 = time.perf_counter()
     n_trained = execute(out, jobs, workers, executor, progress, ray_address, device)
