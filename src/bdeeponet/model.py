@@ -68,18 +68,24 @@ class Dropout(nn.Module):
 
     ``nn.Dropout`` draws from torch's global RNG; MC-dropout bands must be reproducible
     from an explicit seed, so the caller sets ``generator`` (see :func:`set_dropout_generator`).
+    ``shared``: one mask for every row (function or query point) of a forward pass, so that
+    a pass is one thinned network (Gal 2016) and a row's prediction does not depend on which
+    rows share its batch; training draws a mask per row.
     """
 
     def __init__(self, p: float):
         super().__init__()
         self.p = p
         self.generator: torch.Generator | None = None
+        self.shared = False
 
     def mask(self, x: torch.Tensor) -> torch.Tensor | None:
-        """A fresh scaled mask (keep / (1 - p)) shaped like ``x``, or None when inactive."""
+        """A fresh scaled mask (keep / (1 - p)) shaped like ``x`` (like one row of it when
+        ``shared``), or None when inactive."""
         if not self.training or self.p == 0:
             return None
-        keep = torch.rand(x.shape, generator=self.generator, dtype=x.dtype, device=x.device) >= self.p
+        shape = (1, *x.shape[1:]) if self.shared else x.shape
+        keep = torch.rand(shape, generator=self.generator, dtype=x.dtype, device=x.device) >= self.p
         return keep.to(x.dtype) / (1 - self.p)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -87,10 +93,11 @@ class Dropout(nn.Module):
         return x if mask is None else x * mask
 
 
-def set_dropout_generator(model: nn.Module, generator: torch.Generator) -> None:
+def set_dropout_generator(model: nn.Module, generator: torch.Generator,
+                          shared: bool = False) -> None:
     for mod in model.modules():
         if isinstance(mod, Dropout):
-            mod.generator = generator
+            mod.generator, mod.shared = generator, shared
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,7 @@ class Posterior:
             if self.mc_dropout:
                 params = unflatten(self.samples[0], self.template)
                 gen = torch.Generator(device=self.samples.device).manual_seed(seed)
-                set_dropout_generator(self.model, gen)
+                set_dropout_generator(self.model, gen, shared=True)
                 self.model.train()
                 for _ in range(self.mc_dropout):
                     yield functional_call(self.model, params, (u, y))
