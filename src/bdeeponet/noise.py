@@ -11,8 +11,9 @@ import numpy as np
 import torch
 
 
-def noise_sd_from_residuals(residuals, y: torch.Tensor) -> float:
-    """σ from residuals (a list of (n, P) blocks) at the query points y (P, d).
+def noise_sd_from_residuals(residuals, y) -> float:
+    """σ from residuals (a list of (n, P) blocks) at the query points y (P, d), their
+    coordinates only.
 
     A residual is noise plus the model's misfit, and the misfit is smooth in y while the
     noise is independent from point to point. Second differences of the residuals along
@@ -25,6 +26,7 @@ def noise_sd_from_residuals(residuals, y: torch.Tensor) -> float:
     for r in residuals:
         r = torch.as_tensor(r).double()
         if mid is not None:
+            mid = mid.to(r.device)
             r = (r[:, mid - 1] - 2 * r[:, mid] + r[:, mid + 1]) / 6**0.5
         total += float(r.square().sum())
         count += r.numel()
@@ -34,28 +36,47 @@ def noise_sd_from_residuals(residuals, y: torch.Tensor) -> float:
 def equispaced_triples(y) -> torch.Tensor | None:
     """Middle indices p of the consecutive triples (p−1, p, p+1) with y[p+1] − y[p] equal to
     y[p] − y[p−1] (a grid line), or None when there are none."""
-    y = torch.as_tensor(y)
-    if y.shape[0] < 3:
+    grid = _steps(y)
+    if grid is None:
         return None
-    step = (y[1:] - y[:-1]).double()
-    same = torch.isclose(step[1:], step[:-1], rtol=1e-6, atol=1e-9).all(dim=1)
-    same &= step[1:].abs().sum(dim=1) > 0
-    mids = torch.nonzero(same).flatten() + 1
-    return mids if mids.numel() else None
+    step, tol = grid
+    same = (np.abs(step[1:] - step[:-1]) <= 2 * tol).all(axis=1)
+    same &= (np.abs(step[1:]) > tol).any(axis=1)
+    mids = np.nonzero(same)[0] + 1
+    return torch.from_numpy(mids) if mids.size else None
 
 
 def neighbour_pairs(y) -> np.ndarray | None:
     """Indices p of the consecutive pairs (p, p+1) one grid step apart (the most common
     step between consecutive query points), or None when no step repeats."""
-    y = np.asarray(y, dtype=np.float64)
-    if y.shape[0] < 3:
+    grid = _steps(y)
+    if grid is None:
         return None
-    steps = np.round(y[1:] - y[:-1], 9)
-    values, inverse, counts = np.unique(steps, axis=0, return_inverse=True, return_counts=True)
+    step, tol = grid
+    values, inverse, counts = np.unique(np.round(step / tol), axis=0, return_inverse=True,
+                                        return_counts=True)
     mode = counts.argmax()
     if counts[mode] < 2 or not np.any(values[mode]):
         return None
-    return np.nonzero(inverse.reshape(-1) == mode)[0]
+    centre = step[inverse.reshape(-1) == mode].mean(axis=0)  # a step split between two
+    return np.nonzero((np.abs(step - centre) <= 2 * tol).all(axis=1))[0]  # bins counts once
+
+
+def _steps(y) -> tuple[np.ndarray, np.ndarray] | None:
+    """The steps between consecutive query points (P − 1, d) in float64 and, per column, the
+    size ``tol`` of y's rounding: 2 ulps of the largest |y| (in float32 when every value is
+    a float32, as in a file written in float32 and read as float64, else in float64), and
+    at least 1e-9. A step of rounded values is off by at most 1 ulp, so steps within
+    2 ``tol`` of each other count as equal. None for fewer than 3 points."""
+    if isinstance(y, torch.Tensor):
+        y = y.detach().cpu().numpy()
+    y = np.asarray(y, dtype=np.float64)
+    if y.shape[0] < 3:
+        return None
+    single = np.array_equal(y.astype(np.float32).astype(np.float64), y)
+    ulp = np.finfo(np.float32 if single else np.float64).eps
+    tol = np.maximum(2 * ulp * np.abs(y).max(axis=0), 1e-9)
+    return y[1:] - y[:-1], tol
 
 
 def line_windows(y, half: int = 2) -> np.ndarray | None:

@@ -181,15 +181,18 @@ def resolve_noise_std(config: TrainConfig, data: OperatorData) -> float | None:
 
 
 @torch.no_grad()
-def residual_sd(model: DeepONet, params, u: torch.Tensor, s: torch.Tensor, y: torch.Tensor) -> float:
+def residual_sd(model: DeepONet, params, u: torch.Tensor, s: torch.Tensor, y: torch.Tensor,
+                points) -> float:
     """The noise sd estimated from the model's training residuals (``noise_std = "auto"``),
-    by :func:`noise_sd_from_residuals`."""
+    by :func:`noise_sd_from_residuals` along the grid lines of ``points``, the query points'
+    coordinates as the data give them (``y``, what the trunk reads, may carry a pod trunk's
+    modes after them, and is float32)."""
     was_training = model.training
     model.eval()  # no dropout masks
     residuals = [(model.functional_forward(params, u[i : i + 100], y) - s[i : i + 100])
                  .reshape(-1, y.shape[0]) for i in range(0, u.shape[0], 100)]  # (C chains pooled)
     model.train(was_training)
-    return noise_sd_from_residuals(residuals, y)
+    return noise_sd_from_residuals(residuals, points)
 
 
 def _tensor(a, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -320,7 +323,7 @@ def train(
         row = _run_epoch(loop, sampler, energy, (u, s), gen, config, chains, run.turns)
         params = sampler.sample(loop.state)
         if sigma is None and loop.epoch < config.burn_in_epochs:
-            energy.noise_std = loop.noise_std = residual_sd(model, params, u, s, y)
+            energy.noise_std = loop.noise_std = residual_sd(model, params, u, s, y, data.y)
         with torch.no_grad():
             was_training = model.training
             model.eval()
