@@ -141,3 +141,24 @@ def test_each_sampler_reports_its_own_metrics(small_data, method):
     if method.endswith("resgld"):
         d = sum(p.numel() for p in DeepONet(model_config(conf, data)).parameters())
         assert m["swap"]["parameters"] == d and 0 <= m["swap_rate"] <= 1
+
+
+def test_the_trunk_reads_its_coordinates_on_the_unit_scale_wherever_the_data_put_them():
+    """The same operator on the grid 1000 + 50 y: the trunk reads each coordinate mapped
+    onto [0, 1] by its training range, so the run learns as on y itself (e2 within 2%
+    relative; the Fourier features' phases round differently). It read the raw
+    coordinates, its tanh saturated, and e2 was 62% against 9.8%. On the problems here,
+    which live on the unit interval or square, the map is the identity."""
+    from bdeeponet.train import coordinate_scaling
+
+    data = generate(get_problem("antiderivative"), 0.01, np.random.default_rng(3), n_train=200,
+                    n_test=50)
+    e2 = []
+    for shift, scale in ((0.0, 1.0), (1000.0, 50.0)):
+        d = data.__class__(data.u_train, data.s_train, data.u_test, data.s_test,
+                           shift + scale * data.y, noise_std=0.01)
+        e2.append(train(d, TrainConfig(method="sgld", epochs=60), device="cpu").metrics["e2"])
+    assert abs(e2[1] / e2[0] - 1) < 0.02, e2
+    for name in ("antiderivative", "pendulum", "diffusion_reaction", "darcy2d"):
+        scaling = coordinate_scaling(get_problem(name).query_points())
+        assert set(scaling["y_shift"]) == {0.0} and set(scaling["y_scale"]) == {1.0}, name

@@ -62,7 +62,8 @@ class TrainConfig:
                          "square's 8 rotations and reflections (inputs and outputs on "
                          "square grids); shift: the cyclic shifts of a periodic 1-D grid",
                          choices=SYMMETRIES)
-    standardise: bool = _opt(True, "scale inputs and outputs by their training mean and sd")
+    standardise: bool = _opt(True, "scale inputs and outputs by their training mean and sd, "
+                                     "and map each query coordinate onto [0, 1]")
     branch_pca: int | None = _opt(None, "principal components of the training inputs that the "
                                   "branch net reads (default: the raw sensors when m < 257, "
                                   "else the fewest keeping all but 1e-6 of the inputs' "

@@ -108,6 +108,8 @@ class ModelConfig:
     ``s_shift + s_scale (branch((u - u_shift) / u_scale) @ trunk(φ(y))^T + bias)``
     (defaults: no standardisation). ``periodic``: ``(j, period)`` pairs, the columns of y in
     which the model is periodic; φ replaces each by ``periodic_harmonics`` cos/sin pairs.
+    ``y_shift, y_scale``: one per coordinate of y (none: the identity); φ passes the
+    non-periodic ones on as ``(y_j - y_shift_j) / y_scale_j``.
     """
 
     n_sensors: int
@@ -128,6 +130,8 @@ class ModelConfig:
     branch_grid: tuple = ()  # (W,) or (H, W): a convolutional branch over that grid
     channels: int = 16  # conv branch: channels of its first layer (doubling, at most 4x)
     fixed_trunk: bool = False  # the trunk is given: y's last latent + 1 columns (mean, basis)
+    y_shift: tuple = ()
+    y_scale: tuple = ()
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
@@ -153,6 +157,14 @@ class ModelConfig:
                     f"{name} must be a finite number{' > 0' if positive else ''}, got {value!r}"
                 )
             object.__setattr__(self, name, float(value))
+        for name in ("y_shift", "y_scale"):
+            values = tuple(getattr(self, name))
+            positive = name == "y_scale"
+            if (len(values) > self.dim_y or len(values) != len(tuple(self.y_shift))
+                    or not all(_is_finite_real(v) and (v > 0 or not positive) for v in values)):
+                raise ValueError(f"{name} must hold one finite number{' > 0' if positive else ''}"
+                                 f" per coordinate of y, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, tuple(float(v) for v in values))
         # JSON (config.json, checkpoints) turns the pairs into lists: store one canonical form.
         object.__setattr__(self, "periodic", _periodic_pairs(self.periodic, self.dim_y))
         object.__setattr__(self, "features", _periodic_pairs(self.features, self.dim_y, "features"))
@@ -221,17 +233,24 @@ def standardisation(u_train, s_train) -> dict[str, float]:
 
 
 def fourier_features(y: torch.Tensor, periodic, harmonics: int, features=(),
-                     feature_harmonics: int = 0) -> torch.Tensor:
-    """φ(y) (P, d - n + 2 K n) for y (P, d): the non-periodic columns as they are, then for
-    each ``(j, L)`` in ``periodic`` the columns ``cos(2π k y_j / L), sin(2π k y_j / L)``,
-    k = 1..K (``K = harmonics``), interleaved; then the same for each ``(j, L)`` in
-    ``features`` with ``K = feature_harmonics`` (a non-periodic column, also kept as it is).
+                     feature_harmonics: int = 0, shift=(), scale=()) -> torch.Tensor:
+    """φ(y) (P, d - n + 2 K n) for y (P, d): the non-periodic columns as they are (column
+    j < len(shift) as ``(y_j - shift_j) / scale_j``), then for each ``(j, L)`` in
+    ``periodic`` the columns ``cos(2π k y_j / L), sin(2π k y_j / L)``, k = 1..K
+    (``K = harmonics``), interleaved; then the same for each ``(j, L)`` in ``features`` with
+    ``K = feature_harmonics`` (a non-periodic column, also kept).
 
     The phase is computed in float64 whatever the dtype of y (a float32 phase carries a
     rounding error that grows with |K y_j / L|); the result has y's dtype.
     """
     cols = {j for j, _ in periodic}
-    parts = [y[:, [j for j in range(y.shape[1]) if j not in cols]]]
+    kept = y
+    if shift:  # the phases below read y as it is
+        y0 = torch.as_tensor(shift, dtype=torch.float64, device=y.device)
+        dy = torch.as_tensor(scale, dtype=torch.float64, device=y.device)
+        head = ((y[:, : len(shift)].double() - y0) / dy).to(y.dtype)
+        kept = torch.cat([head, y[:, len(shift):]], dim=1)
+    parts = [kept[:, [j for j in range(y.shape[1]) if j not in cols]]]
     for pairs, count in ((periodic, harmonics), (features, feature_harmonics)):
         k = torch.arange(1, count + 1, dtype=torch.float64, device=y.device)
         for j, period in pairs:
@@ -409,22 +428,25 @@ class DeepONet(nn.Module):
         return (u - c.u_shift) / c.u_scale
 
     def trunk_input(self, y: torch.Tensor) -> torch.Tensor:
-        """φ(y) (:func:`fourier_features`); ``y`` itself without periodic coordinates.
+        """φ(y) (:func:`fourier_features`); ``y`` itself without periodic coordinates and
+        scaling.
 
         φ is a constant of the query points (no gradient flows to y through it). The
         features of the last ``y`` object are kept: samplers pass the same query points at
         every step, which is bound by per-operation costs, and φ is a dozen operations.
         """
         c = self.config
-        if not c.periodic and not c.features:
+        scaled = any(v != 0 for v in c.y_shift) or any(v != 1 for v in c.y_scale)
+        if not c.periodic and not c.features and not scaled:
             return y
         cached = self.__dict__.get("_feature_cache")
         # Keyed on y itself (holding it stops its id being reused) and on its version
         # counter, which in-place writes to y advance.
         if cached is None or cached[0] is not y or cached[1] != y._version:
             with torch.no_grad():
-                cached = (y, y._version, fourier_features(y, c.periodic, c.periodic_harmonics,
-                                                          c.features, c.feature_harmonics))
+                cached = (y, y._version, fourier_features(
+                    y, c.periodic, c.periodic_harmonics, c.features, c.feature_harmonics,
+                    c.y_shift if scaled else (), c.y_scale if scaled else ()))
             self.__dict__["_feature_cache"] = cached
         return cached[2]
 

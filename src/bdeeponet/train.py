@@ -155,7 +155,21 @@ def model_config(config: TrainConfig, data: OperatorData,
         fixed_trunk=pod,
         feature_harmonics=max(config.trunk_harmonics, 1),  # unused without features
         **scaling,
+        **(coordinate_scaling(data.y, data.periodic) if config.standardise and not pod else {}),
     )
+
+
+def coordinate_scaling(y, periodic=()) -> dict[str, tuple[float, ...]]:
+    """``{y_shift, y_scale}`` for :class:`ModelConfig`: each query coordinate mapped onto
+    [0, 1] by its training range (the identity for the problems here, which live on the
+    unit interval or square), so that the trunk's first layer reads coordinates of order 1
+    wherever the data put them (its tanh saturated on a grid at 1000). A constant
+    coordinate is only shifted; a periodic one (read through its Fourier features) is left."""
+    y = np.asarray(y, dtype=np.float64)
+    lo, span = y.min(axis=0), np.ptp(y, axis=0)
+    skip = {j for j, _ in periodic}
+    return {"y_shift": tuple(0.0 if j in skip else float(v) for j, v in enumerate(lo)),
+            "y_scale": tuple(1.0 if j in skip or v <= 0 else float(v) for j, v in enumerate(span))}
 
 
 def trunk_modes(config: TrainConfig, data: OperatorData, mconf: ModelConfig) -> TrunkModes | None:
