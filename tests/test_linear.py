@@ -62,3 +62,21 @@ def test_linear_needs_no_model_settings():
     data = OperatorData(u, s, u_test, truth, np.linspace(0, 1, 7)[:, None], noise_std=0.1)
     m = train(data, TrainConfig(method="linear")).metrics
     assert m["e2"] < 5.0 and 80 < m["e3"] <= 100
+
+
+def test_the_fit_does_not_depend_on_the_units_of_the_data():
+    """``train`` fits the linear baseline on standardised data, as the DeepONets: targets
+    1000 + 50 s with σ 50 times larger give 1000 + 50 times the prediction and a band 50
+    times wider, the same coverage. In the data's units the prior shrank the intercept
+    towards 0: the mean was 1.5 off and the raw band covered 0%."""
+    from bdeeponet import TrainConfig, generate, get_problem, predict, train
+
+    data = generate(get_problem("antiderivative"), 0.01, np.random.default_rng(0), n_train=200,
+                    n_test=50)
+    big = data.__class__(data.u_train, 1000 + 50 * data.s_train, data.u_test,
+                         1000 + 50 * data.s_test, data.y, noise_std=0.5)
+    small, large = (train(d, TrainConfig(method="linear"), device="cpu") for d in (data, big))
+    p, q = (predict(r, data.u_test, data.y) for r in (small, large))
+    assert np.allclose(q["mean"], 1000 + 50 * p["mean"], rtol=0, atol=1e-6)
+    assert np.allclose(q["std"], 50 * p["std"], rtol=1e-6)
+    assert large.metrics["coverage"] == small.metrics["coverage"]

@@ -8,6 +8,10 @@ is shared by all points, so one factorisation gives every posterior:
 predictive mean is ``x W`` and the (epistemic) standard deviation ``sqrt(x Σ xᵀ)``, the
 same at every point. Exact for linear operators (anti-derivative, advection-diffusion);
 an approximation elsewhere. It predicts only at its training query points.
+
+``train`` fits it, as the DeepONets, on standardised data (``scaling``: u and s less their
+training mean, over their sd; σ over s's sd), so that the prior means the same whatever
+units the data come in and the intercept is not shrunk towards 0 in the data's units.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class LinearPosterior:
     noise_std: float = float("nan")
     calibration: dict | None = None  # Calibration.to_dict() from held-out functions
     novelty: Novelty | None = None  # how unlike the training inputs an input is
+    scaling: dict | None = None  # u_shift, u_scale, s_shift, s_scale (none: the data's units)
 
     kind = "linear"
     n_samples = 0
@@ -47,9 +52,12 @@ class LinearPosterior:
             raise ValueError(
                 "the linear baseline predicts only at its training query points; omit 'y'"
             )
-        x = np.hstack([np.asarray(u, dtype=np.float64), np.ones((len(u), 1))])
-        mean = x @ self.weights
-        std = np.sqrt(np.einsum("ij,jk,ik->i", x, self.cov, x))[:, None] * np.ones_like(mean)
+        c = {"u_shift": 0.0, "u_scale": 1.0, "s_shift": 0.0, "s_scale": 1.0, **(self.scaling or {})}
+        u = (np.asarray(u, dtype=np.float64) - c["u_shift"]) / c["u_scale"]
+        x = np.hstack([u, np.ones((len(u), 1))])
+        mean = c["s_shift"] + c["s_scale"] * (x @ self.weights)
+        std = c["s_scale"] * np.sqrt(np.einsum("ij,jk,ik->i", x, self.cov, x))[:, None]
+        std = std * np.ones_like(mean)
         mean, std = torch.from_numpy(mean), torch.from_numpy(std)
         return {"mean": mean, "raw_std": std, "dof": torch.full_like(mean, float("inf")),
                 "raw_lower": mean - z * std, "raw_upper": mean + z * std}
@@ -58,20 +66,31 @@ class LinearPosterior:
         return {"kind": self.kind, "weights": torch.from_numpy(self.weights),
                 "cov": torch.from_numpy(self.cov), "y": torch.from_numpy(self.y),
                 "noise_std": self.noise_std, "calibration": self.calibration,
-                "novelty": None if self.novelty is None else self.novelty.state_dict()}
+                "novelty": None if self.novelty is None else self.novelty.state_dict(),
+                "scaling": self.scaling}
 
     @classmethod
     def from_state_dict(cls, d: dict) -> LinearPosterior:
         return cls(d["weights"].numpy(), d["cov"].numpy(), d["y"].numpy(),
                    float(d.get("noise_std", float("nan"))), d.get("calibration"),
-                   None if d.get("novelty") is None else Novelty.from_state_dict(d["novelty"]))
+                   None if d.get("novelty") is None else Novelty.from_state_dict(d["novelty"]),
+                   d.get("scaling"))
 
 
-def fit_linear(u, s, y, noise_std: float, prior_std: float = 1.0) -> LinearPosterior:
-    """Closed-form posterior of the per-point linear model (module docstring)."""
-    x = np.hstack([np.asarray(u, dtype=np.float64), np.ones((len(u), 1))])
-    precision = x.T @ x / noise_std**2 + np.eye(x.shape[1]) / prior_std**2
+def fit_linear(u, s, y, noise_std: float, prior_std: float = 1.0,
+               scaling: dict | None = None) -> LinearPosterior:
+    """Closed-form posterior of the per-point linear model (module docstring), in the data's
+    units or, with ``scaling`` (:func:`bdeeponet.model.standardisation`), in standardised
+    ones: the prior is on the weights from ``(u - u_shift) / u_scale`` to
+    ``(s - s_shift) / s_scale``."""
+    c = {"u_shift": 0.0, "u_scale": 1.0, "s_shift": 0.0, "s_scale": 1.0, **(scaling or {})}
+    u = (np.asarray(u, dtype=np.float64) - c["u_shift"]) / c["u_scale"]
+    s = (np.asarray(s, dtype=np.float64) - c["s_shift"]) / c["s_scale"]
+    sd = noise_std / c["s_scale"]
+    x = np.hstack([u, np.ones((len(u), 1))])
+    precision = x.T @ x / sd**2 + np.eye(x.shape[1]) / prior_std**2
     factor = cho_factor(precision)
     cov = cho_solve(factor, np.eye(x.shape[1]))
-    weights = cho_solve(factor, x.T @ np.asarray(s, dtype=np.float64)) / noise_std**2
-    return LinearPosterior(weights, cov, np.asarray(y, dtype=np.float64), float(noise_std))
+    weights = cho_solve(factor, x.T @ s) / sd**2
+    return LinearPosterior(weights, cov, np.asarray(y, dtype=np.float64), float(noise_std),
+                           scaling=None if scaling is None else dict(scaling))

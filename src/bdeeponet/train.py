@@ -470,7 +470,8 @@ def _train_linear(data: OperatorData, config: TrainConfig, sigma: float, out, he
         write_json(out / "config.json", {"train": config.to_dict(), "noise_std": sigma,
                                          "data_meta": data.meta, "data_sha256": fingerprint})
     t0 = time.perf_counter()
-    post = fit_linear(data.u_train, data.s_train, data.y, sigma, config.prior_std)
+    scaling = standardisation(data.u_train, data.s_train) if config.standardise else None
+    post = fit_linear(data.u_train, data.s_train, data.y, sigma, config.prior_std, scaling)
     seconds = time.perf_counter() - t0
     metrics = _test_metrics(post, data, config, held_out)
     metrics["e1_after_burn_in"], metrics["e2_after_burn_in"] = metrics["e1"], metrics["e2"]
