@@ -217,3 +217,22 @@ def test_solved_inputs_are_written_as_generate_writes_data(tmp_path):
     noise = full.s_train - full.s_train_clean
     assert not np.allclose(noise[8:10], noise[11:13])  # round 1's first two rows, round 2's
     np.testing.assert_array_equal(noise[8:11], (solved.s_train - solved.s_train_clean))
+
+
+@pytest.mark.parametrize("other", [["antiderivative"], ["advection_diffusion", "--param", "D=0.5"],
+                                   ["advection_diffusion", "--n-train", "5"]])
+def test_solved_inputs_merge_only_into_data_of_their_problem(tmp_path, capsys, other):
+    """Merging solutions of another problem, or of the same with other parameters, into a
+    data file made one file of two operators that described the first only; ``--n-train``
+    was ignored. Each is one line, exit 2, nothing written."""
+    from bdeeponet.cli import main
+
+    data, picked, out = tmp_path / "d.npz", tmp_path / "p.npz", tmp_path / "m.npz"
+    assert main(["generate", "advection_diffusion", "--noise", "0.01", "--n-train", "8",
+                 "--n-test", "2", "--out", str(data)]) == 0
+    np.savez(picked, u=np.load(data)["u_test"])
+    capsys.readouterr()
+    assert main(["generate", *other, "--inputs", str(picked), "--merge-into", str(data),
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and not out.exists(), err

@@ -58,8 +58,8 @@ def _add_generate(sub):
                         "darcy2d: the published benchmark files' layout, clean, all functions)")
     p.add_argument("--mat73", action="store_true", help="with --out F.mat: MATLAB v7.3 (HDF5), "
                    "not v5")
-    p.add_argument("--n-train", type=int, default=1000, help="training functions")
-    p.add_argument("--n-test", type=int, default=100, help="test functions (clean targets)")
+    p.add_argument("--n-train", type=int, help="training functions (default: 1000)")
+    p.add_argument("--n-test", type=int, help="test functions (clean targets; default: 100)")
     p.add_argument("--m", type=int, help="number of sensors (default: 100; GRF problems only)")
     p.add_argument("--length-scale", type=float,
                    help="GRF length scale (default: 0.2; GRF problems only)")
@@ -287,6 +287,8 @@ def cmd_generate(args) -> None:
         raise UsageError("--merge-into needs --inputs PICKED.npz")
     if args.inputs:
         return _generate_from_inputs(problem, args)
+    args.n_train = 1000 if args.n_train is None else args.n_train
+    args.n_test = 100 if args.n_test is None else args.n_test
     if args.out.endswith((".mat", ".h5", ".hdf5")):
         return _generate_published(problem, args)
     if not args.out.endswith(".npz"):
@@ -313,7 +315,8 @@ def _generate_from_inputs(problem, args) -> None:
     if not args.out.endswith(".npz"):
         raise UsageError(f"--out must end in .npz with --inputs, got '{args.out}'")
     for flag, given in (("--relative-noise", args.relative_noise), ("--mat73", args.mat73),
-                        ("--m", args.m is not None), ("--length-scale", args.length_scale is not None)):
+                        ("--m", args.m is not None), ("--length-scale", args.length_scale is not None),
+                        ("--n-train", args.n_train is not None), ("--n-test", args.n_test is not None)):
         if given:
             raise UsageError(f"{flag} does not apply with --inputs: the inputs are given, and "
                              "--noise is the noise's sd itself")
@@ -321,6 +324,8 @@ def _generate_from_inputs(problem, args) -> None:
     if "u" not in arrays:
         raise UsageError(f"{args.inputs}: missing key 'u' (the inputs to solve, shape (n, m))")
     base = load(args.merge_into) if args.merge_into else None
+    if base is not None:
+        _check_same_problem(base.meta, problem, args.merge_into)
     u = np.asarray(arrays["u"], dtype=np.float64)
     if base is not None and (u.ndim != 2 or u.shape[1] != base.n_sensors):
         raise UsageError(f"{args.inputs}: 'u' has shape {u.shape}; {args.merge_into} has "
@@ -351,6 +356,25 @@ def _generate_from_inputs(problem, args) -> None:
     data.save(args.out)
     print(f"wrote {args.out}: {data.n_train} train ({len(u)} solved from {args.inputs}) / "
           f"{data.u_test.shape[0]} test functions, noise sd {sd:g}")
+
+
+def _check_same_problem(meta: dict, problem, path: str) -> None:
+    """Refuse to merge solutions of ``problem`` into a data file that records another problem
+    or other parameters (a merged file would describe the operator of its first rows only)."""
+    from .data import problem_meta
+
+    made = problem_meta(problem)
+    if meta.get("problem", problem.name) != problem.name:
+        raise UsageError(f"{path} holds the problem '{meta['problem']}', not '{problem.name}': "
+                         f"its functions and these would be two operators")
+    theirs = meta.get("parameters")
+    if isinstance(theirs, dict):
+        differ = sorted(k for k in set(theirs) | set(made["parameters"])
+                        if theirs.get(k) != made["parameters"].get(k))
+        if differ:
+            shown = ", ".join(f"{k}={theirs.get(k)!r}" for k in differ)
+            raise UsageError(f"{path} was made with other parameters of {problem.name} "
+                             f"({shown}): pass them with --param")
 
 
 def _generate_published(problem, args) -> None:
