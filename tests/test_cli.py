@@ -907,3 +907,28 @@ def test_sizes_beyond_memory_are_one_error_line(capsys, tmp_path):
     assert_error(cli(capsys, "generate", "antiderivative", "--noise", "0.01", "--n-train",
                      "100000000000000", "--out", out), "out of memory")
     assert not out.exists()
+    run = tmp_path / "run"  # torch reports a failed allocation as a RuntimeError
+    assert_error(cli(capsys, "train", data_file_of(tmp_path), "--width", "100000000", "--out",
+                     run, "--epochs", "3"), "out of memory")
+    assert not run.exists()
+
+
+def data_file_of(tmp_path):
+    path = tmp_path / "small.npz"
+    assert main(["generate", "antiderivative", "--noise", "0.01", "--n-train", "20", "--n-test",
+                 "5", "--out", str(path)]) == 0
+    return path
+
+
+def test_a_reader_that_goes_away_is_not_an_error():
+    """``bdeeponet problems | head -1`` printed 'error: [Errno 32] Broken pipe' (exit 2):
+    here stdout is a pipe whose reader is closed, so every write fails."""
+    code = ("import os, sys\n"
+            "r, w = os.pipe(); os.close(r); sys.stdout = os.fdopen(w, 'w', buffering=1)\n"
+            "from bdeeponet.cli import main\n"
+            "rc = main(['problems'])\n"
+            "try:\n    sys.stdout.flush()\nexcept BrokenPipeError:\n    pass\n"
+            "sys.stderr.write(f'rc={rc}')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.stderr.strip() == "rc=1", proc.stderr

@@ -9,6 +9,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -642,16 +643,29 @@ COMMANDS = {"generate": cmd_generate, "acquire": cmd_acquire, "problems": cmd_pr
             "evaluate": cmd_evaluate, "calibrate": cmd_calibrate, "reproduce": cmd_reproduce}
 
 
+def _out_of_memory(exc: RuntimeError) -> bool:
+    """torch's allocators report a failed allocation as a RuntimeError (CUDA's as its
+    subclass ``torch.OutOfMemoryError``), not as MemoryError."""
+    text = str(exc)
+    return (type(exc).__name__ == "OutOfMemoryError" or "can't allocate memory" in text
+            or "out of memory" in text)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .train import TrainingDiverged
 
     try:
         args = build_parser().parse_args(argv)
         COMMANDS[args.command](args)
+    except BrokenPipeError:  # the reader went away (bdeeponet problems | head -1): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (UsageError, ValueError, TrainingDiverged, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except MemoryError:  # sizes asked for beyond the machine (a grid, a count of functions)
+    except (MemoryError, RuntimeError) as exc:  # sizes asked for beyond the machine
+        if isinstance(exc, RuntimeError) and not _out_of_memory(exc):
+            raise
         print("error: out of memory: the sizes asked for do not fit in this machine's memory",
               file=sys.stderr)
         return EXIT_BAD_INPUT
