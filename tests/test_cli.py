@@ -285,6 +285,19 @@ def test_train_config_file_of_the_wrong_types(capsys, tmp_path, data_file, line,
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("args", "words"), [
+    (["--method", "adam", "--dropout", "0"], ["band comes from dropout masks", "> 0"]),
+    (["--method", "sgld", "--dropout", "1.5"], ["dropout must be a probability", "1.5"]),
+    (["--threads", "0"], ["--threads must be >= 1"]),
+], ids=["adam-without-dropout", "dropout-beyond-1", "no-threads"])
+def test_train_settings_that_mean_nothing(capsys, tmp_path, data_file, args, words):
+    """Adam without dropout gave a band of width 0 marked calibrated; a dropout of 1.5 and
+    0 or -1 threads were taken. Each is one error line, nothing written."""
+    out = tmp_path / "run"
+    assert_error(cli(capsys, "train", data_file, "--out", out, *args), *words)
+    assert not out.exists()
+
+
 def test_train_missing_file(capsys, tmp_path):
     missing = tmp_path / "nothing.npz"
     assert_error(cli(capsys, "train", missing, "--out", tmp_path / "run"), "no such file",

@@ -481,7 +481,9 @@ def cmd_train(args) -> None:
     from .report import write_run_figures
     from .train import band_trusted, train
 
-    torch.set_num_threads(max(1, args.threads))
+    if args.threads < 1:
+        raise UsageError(f"--threads must be >= 1, got {args.threads}")
+    torch.set_num_threads(args.threads)
     config = train_config(args)
     data = load(args.data)
     out = Path(args.out)

@@ -145,6 +145,11 @@ class TrainConfig:
             raise ValueError(f"calibration must be a fraction in [0, 1), got {self.calibration}")
         if not 0.0 <= self.c <= 1.0:
             raise ValueError(f"c must be in [0, 1], got {self.c}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be a probability in [0, 1), got {self.dropout}")
+        if kind.dropout and self.dropout == 0:
+            raise ValueError(f"{self.method}'s band comes from dropout masks: dropout must be > 0 "
+                             "(with 0 every mask is the same network and the band has width 0)")
         if self.burn_in is not None and not 0 <= self.burn_in < self.epochs:
             raise ValueError(f"burn_in must be in [0, epochs), got {self.burn_in}")
         if self.branch_pca is not None and (not isinstance(self.branch_pca, int)
