@@ -71,6 +71,24 @@ def test_hdf5_nested_keys_and_grid(tmp_path):
     assert d.s_train.dtype == np.float64
 
 
+def test_the_layout_follows_the_matlab_header_not_the_extension(tmp_path):
+    """An HDF5 file written by h5py and named .mat has no MATLAB header: its arrays are
+    read as stored (they were transposed: 350 'sensors' for 100), and a v7.3 file named .h5
+    is MATLAB's, transposed back."""
+    a, u = _fields(n=10, nx=40)
+    plain = tmp_path / "plain.mat"
+    with h5py.File(plain, "w") as f:
+        f["a"], f["u"] = a, u
+    d = import_file(plain, input_key="a", output_key="u", n_train=8, n_test=2)
+    assert d.meta["format"] == "hdf5" and d.n_sensors == 40
+    np.testing.assert_array_equal(d.u_train, a[:8])
+    matlab = tmp_path / "v73.h5"
+    _write_v73(matlab, {"a": a, "u": u})
+    d = import_file(matlab, input_key="a", output_key="u", n_train=8, n_test=2)
+    assert d.meta["format"] == "mat-v7.3" and d.n_sensors == 40
+    np.testing.assert_array_equal(d.s_test, u[8:])
+
+
 def test_npz_2d_field_is_flattened_in_c_order(tmp_path):
     rng = np.random.default_rng(1)
     a, u = rng.standard_normal((6, 9, 5)), rng.standard_normal((6, 9, 5))

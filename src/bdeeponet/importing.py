@@ -5,9 +5,10 @@ under another, one row per function on a fixed grid (as in the usual DeepONet / 
 benchmark files). Formats, chosen by the content as well as the extension:
 
 * ``.mat`` MATLAB v5 (read with :func:`scipy.io.loadmat`),
-* ``.mat`` MATLAB v7.3, which is HDF5 (read with h5py; MATLAB stores arrays transposed,
-  so the axes of every array read are reversed),
-* ``.h5`` / ``.hdf5`` plain HDF5 (h5py, keys may be nested: ``group/dataset``),
+* MATLAB v7.3, which is HDF5 opening with MATLAB's text header (read with h5py; MATLAB
+  stores arrays transposed, so the axes of every array read are reversed),
+* plain HDF5, without that header, whatever its extension (h5py, keys may be nested:
+  ``group/dataset``),
 * ``.npz`` (:func:`numpy.load` with ``allow_pickle=False``).
 
 Nothing is ever unpickled: only arrays of real numbers (bool, int, float) are read; object,
@@ -269,7 +270,8 @@ def _reader(path: Path) -> Iterator[tuple[str, Read]]:
         with z:
             yield "npz", lambda key, option: _npz_get(src, z, key, option)
     elif h5py.is_hdf5(path):
-        fmt = "mat-v7.3" if ext == ".mat" else "hdf5"
+        with open(path, "rb") as fh:  # MATLAB's v7.3 files open with its text header
+            fmt = "mat-v7.3" if fh.read(6) == b"MATLAB" else "hdf5"
         try:
             f = h5py.File(path, "r")
         except OSError as exc:
