@@ -452,6 +452,28 @@ def test_predict_input_that_is_not_npz(capsys, tmp_path, runs):
     assert not pred.exists()
 
 
+def test_predict_warns_where_the_query_points_leave_the_training_range(capsys, tmp_path,
+                                                                       runs):
+    """New query points beyond the training ones (y in [0, 1]) get one warning line naming
+    how many and the range; points inside get none. It predicted silently."""
+    path, pred = tmp_path / "input.npz", tmp_path / "pred.npz"
+    for y, outside in ((np.linspace(-1, 2, 31)[:, None], 20), (np.linspace(0, 1, 7)[:, None], 0)):
+        np.savez(path, u=np.zeros((2, M)), y=y)
+        rc, _, err = cli(capsys, "predict", runs("sgld"), path, "--out", pred)
+        assert rc == 0, err
+        err = [line for line in err.splitlines() if "outside" in line]
+        assert len(err) == (1 if outside else 0), err
+        if outside:
+            assert err[0].startswith(f"warning: {outside} of 31 query points") and "[0, 1]" in err[0]
+
+
+def test_predict_output_that_is_not_npz(capsys, tmp_path, runs, u_file):
+    pred = tmp_path / "pred.txt"
+    assert_error(cli(capsys, "predict", runs("sgld"), u_file(np.zeros((2, M))), "--out", pred),
+                 "--out must end in .npz")
+    assert not pred.exists()
+
+
 def test_predict_missing_input_file(capsys, tmp_path, runs):
     pred = tmp_path / "pred.npz"
     assert_error(cli(capsys, "predict", runs("sgld"), tmp_path / "none.npz", "--out", pred),

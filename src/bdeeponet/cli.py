@@ -533,6 +533,8 @@ def cmd_predict(args) -> None:
     from .io import atomic_write
     from .run import load_run, predict
 
+    if not args.out.endswith(".npz"):
+        raise UsageError(f"--out must end in .npz, got '{args.out}'")
     run = load_run(args.run)
     arrays = read_npz(args.input)  # DataError (one line) for a missing or non-.npz file
     if "u" not in arrays:
@@ -554,6 +556,8 @@ def cmd_predict(args) -> None:
         print(f"warning: {args.run} was calibrated before 2026-11-29: its function-level band "
               "covers its level in at most 90% of held-out draws, not 99%; `bdeeponet "
               "calibrate RUN DATA` refits it", file=sys.stderr)
+    if "y" in arrays:
+        _warn_outside(run, np.asarray(y, dtype=np.float64))
     novelty = run.posterior.novelty
     if novelty is None:
         print("warning: the run has no held-out functions (calibration = 0): novelty is not "
@@ -567,6 +571,27 @@ def cmd_predict(args) -> None:
               f"({100 * out['novel'].mean():.0f}%) are unlike the training inputs (flagged at a "
               f"{args.false_alarm:g} false-alarm rate): their bands may not hold",
               file=sys.stderr)
+
+
+def _warn_outside(run, y: np.ndarray) -> None:
+    """One warning line when query points lie beyond the range of the training ones in a
+    non-periodic coordinate: the trunk extrapolates there, and nothing calibrated its band."""
+    path = run.path / "query_points.npy"
+    if not path.exists() or y.ndim != 2:
+        return
+    trained = np.load(path)
+    periodic = {j for j, _ in getattr(run.posterior.config, "periodic", ())}
+    lo, hi = trained.min(axis=0), trained.max(axis=0)
+    slack = 1e-9 * np.maximum(hi - lo, 1.0)
+    cols = [j for j in range(y.shape[1]) if j not in periodic]
+    outside = np.zeros(len(y), dtype=bool)
+    for j in cols:
+        outside |= (y[:, j] < lo[j] - slack[j]) | (y[:, j] > hi[j] + slack[j])
+    if outside.any():
+        ranges = ", ".join(f"y{j} in [{lo[j]:g}, {hi[j]:g}]" for j in cols)
+        print(f"warning: {int(outside.sum())} of {len(y)} query points lie outside the "
+              f"training points' range ({ranges}): the trunk extrapolates there, and the bands "
+              "were calibrated on the training points only", file=sys.stderr)
 
 
 def _run_query_points(run) -> np.ndarray:
