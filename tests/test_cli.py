@@ -858,6 +858,19 @@ def test_reproduce_refuses_a_bad_network_size_before_any_work(capsys, tmp_path):
     assert not (tmp_path / "grid").exists()
 
 
+def test_reproduce_names_the_tables_it_wrote(capsys, tmp_path):
+    """time_ratio.csv is written only with both resgld and mresgld; it was named always."""
+    out = tmp_path / "grid"
+    rc, stdout, err = cli(capsys, "reproduce", "--out", out, "--problems", "antiderivative",
+                          "--noises", "0.01", "--methods", "linear", "--workers", "1", "--quiet",
+                          "--device", "cpu")
+    assert rc == 0, err
+    line = stdout.strip().splitlines()[-1]
+    assert line.startswith("report: ") and "results.csv" in line, line
+    assert "time_ratio.csv" not in line and not (out / "time_ratio.csv").exists()
+    assert all((out / name).exists() for name in ("results.csv", "calibration.csv"))
+
+
 @pytest.mark.parametrize(("extra", "words"), [
     (["--workers", "0"], ["workers must be >= 1, got 0"]),
     (["--seeds", "-1"], ["seeds must be integers >= 0", "-1"]),

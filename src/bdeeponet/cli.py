@@ -632,7 +632,9 @@ def cmd_reproduce(args) -> None:
                        args.workers, args.executor, not args.quiet, args.ray_address,
                        args.device, args.chains, {k: getattr(args, k) for k in MODEL_SIZE})
     print((Path(args.out) / "results.md").read_text())
-    print(f"report: {report} (tables: results.md, results.csv, time_ratio.csv; figures/)")
+    tables = [p.name for p in sorted(Path(args.out).glob("*.csv")) if p.name != "results.csv"]
+    print(f"report: {report} (tables: results.md, results.csv"
+          f"{''.join(', ' + t for t in tables)}; figures/)")
 
 
 def cmd_problems(args) -> None:
