@@ -298,6 +298,13 @@ def test_train_settings_that_mean_nothing(capsys, tmp_path, data_file, args, wor
     assert not out.exists()
 
 
+def test_a_file_of_u_and_s_points_to_import(capsys, tmp_path):
+    path = tmp_path / "measurements.npz"
+    np.savez(path, u=np.zeros((5, 3)), s=np.zeros((5, 4)))
+    assert_error(cli(capsys, "train", path, "--out", tmp_path / "run"), "missing key 'u_train'",
+                 "bdeeponet import")
+
+
 def test_train_missing_file(capsys, tmp_path):
     missing = tmp_path / "nothing.npz"
     assert_error(cli(capsys, "train", missing, "--out", tmp_path / "run"), "no such file",

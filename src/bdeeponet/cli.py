@@ -461,17 +461,17 @@ def check_message(check: dict) -> str:
         if scale_pinned(check):
             return (f"the {n} held-out functions put the raw band's scale {where}: too wide a "
                     f"range to hold the solution band within {100 * CLAIM_POINTS:.0f} points "
-                    f"of its level, so its coverage rests on the sampler as well{more}")
+                    f"of its level, so its coverage rests on the posterior itself as well{more}")
         return (f"the {n} held-out functions cannot check this band: their likelihood puts "
                 f"its scale {where} (the noise hides the error), so its coverage rests on the "
-                f"sampler{more}")
+                f"posterior itself{more}")
     if not k:
         return f"{shape} for the {n} held-out functions, and the calibrated band scales each level on its own"
     if check["resolved"]:
         return f"the {n} held-out functions fix the raw band's scale within {k[0]:.2g}-{k[1]:.2g}"
     return (f"the {n} held-out functions cannot check this band: any scale of it from "
             f"{k[0]:.2g} to {k[1]:.2g} fits them (the noise hides the error), so its coverage "
-            "rests on the sampler")
+            "rests on the posterior itself")
 
 
 def cmd_train(args) -> None:
@@ -489,6 +489,8 @@ def cmd_train(args) -> None:
     out = Path(args.out)
     if (out / "metrics.json").exists() and not args.resume:
         raise UsageError(f"{out} already holds a finished run; choose another --out")
+    if args.resume and not (out / "config.json").exists():
+        print(f"note: {out} holds no run to resume: starting a new one", file=sys.stderr)
     result = train(data, config, out, resume=args.resume, progress=not args.quiet,
                    device=args.device)
     figs = write_run_figures(out, result, data, config)

@@ -250,7 +250,10 @@ def load(path: str | os.PathLike) -> OperatorData:
     arrays = read_npz(path)
     missing = [k for k in _REQUIRED if k not in arrays]
     if missing:
-        raise DataError(f"{path}: missing key '{missing[0]}' (required: {', '.join(_REQUIRED)})")
+        hint = ("; another tool's file of inputs and outputs is converted by 'bdeeponet import'"
+                if len(missing) == len(_REQUIRED) else "")
+        raise DataError(f"{path}: missing key '{missing[0]}' (required: "
+                        f"{', '.join(_REQUIRED)}){hint}")
     meta = _parse_meta(path, arrays["meta"]) if "meta" in arrays else {}
     kwargs = {k: arrays[k] for k in (*_REQUIRED, *_OPTIONAL) if k in arrays}
     if "noise_std" in arrays:
