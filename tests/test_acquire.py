@@ -236,3 +236,17 @@ def test_solved_inputs_merge_only_into_data_of_their_problem(tmp_path, capsys, o
                  "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and not out.exists(), err
+
+
+def test_inputs_the_solver_cannot_solve_are_one_error_line(tmp_path, capsys):
+    """Darcy's exp(u) overflows for |u| ~ 1000: five RuntimeWarning lines came first, then an
+    error naming the internal key 's_train'."""
+    from bdeeponet.cli import main
+
+    picked, out = tmp_path / "p.npz", tmp_path / "z.npz"
+    np.savez(picked, u=1000 * np.random.default_rng(0).standard_normal((5, 100)))
+    assert main(["generate", "darcy", "--inputs", str(picked), "--noise", "0.01",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: darcy's solver gave NaN or inf"), err
+    assert not out.exists()

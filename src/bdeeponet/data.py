@@ -400,9 +400,16 @@ def solve_inputs(problem, u) -> np.ndarray:
     u = np.asarray(u, dtype=np.float64)
     if u.ndim != 2 or u.shape[1] < 2:
         raise ValueError(f"inputs must have shape (n, m) with m >= 2, got {u.shape}")
-    if hasattr(problem, "draw"):
-        return problem.solve(u)
-    return problem.solve(input_sensors(problem, u.shape[1])[:, 0], u)
+    with np.errstate(all="ignore"):  # a solver that fails says so below, in one line
+        s = (problem.solve(u) if hasattr(problem, "draw") else
+             problem.solve(input_sensors(problem, u.shape[1])[:, 0], u))
+    bad = ~np.isfinite(s).all(axis=1)
+    if bad.any():
+        worst = float(np.abs(u[bad]).max())
+        raise ValueError(f"{problem.name}'s solver gave NaN or inf for {int(bad.sum())} of the "
+                         f"{len(u)} inputs (the largest |u| among them: {worst:.3g}; its own "
+                         f"draws are of order 1)")
+    return s
 
 
 def draw_inputs(problem, n: int, rng: np.random.Generator, m: int | None = None,
