@@ -157,6 +157,7 @@ def npz(tmp_path):
     (dict(noise=0.0), ["--noise"]),
     (dict(noise=-1.0), ["--noise"]),
     (dict(noise=float("nan")), ["--noise"]),
+    (dict(noise=1e40), ["--noise", "1e+30"]),
     (dict(n_train=10, n_test=5), ["--n-train", "--n-test", "12"]),
     (dict(grid_key="x_bad"), ["'x_bad'", "50"]),
     (dict(output_key="bad"), ["'bad'", "NaN"]),

@@ -32,7 +32,7 @@ import numpy as np
 import scipy.io
 import scipy.io.matlab
 
-from .data import FORMAT_VERSION, DataError, OperatorData
+from .data import FORMAT_VERSION, SCALE_RANGE, DataError, OperatorData
 from .io import atomic_write
 
 ASSUMED_GRID = "equispaced on [0, 1] (assumed)"
@@ -159,8 +159,9 @@ def _check_options(input_key, output_key, grid_key, subsample, n_train, n_test, 
         if v is not None and (not _is_int(v) or v < 1):
             raise ImportDataError(f"{option} must be an integer >= 1, got {v!r}")
     if noise is not None and not (isinstance(noise, numbers.Real) and not isinstance(noise, bool)
-                                  and math.isfinite(noise) and noise > 0):
-        raise ImportDataError(f"--noise must be a finite number > 0, got {noise!r}")
+                                  and SCALE_RANGE[0] <= noise <= SCALE_RANGE[1]):
+        raise ImportDataError(f"--noise must be a number within [{SCALE_RANGE[0]:g}, "
+                              f"{SCALE_RANGE[1]:g}], got {noise!r}")
     if not _is_int(seed) or seed < 0:
         raise ImportDataError(f"--seed must be an integer >= 0, got {seed!r}")
 
