@@ -162,3 +162,62 @@ def test_the_trunk_reads_its_coordinates_on_the_unit_scale_wherever_the_data_put
     for name in ("antiderivative", "pendulum", "diffusion_reaction", "darcy2d"):
         scaling = coordinate_scaling(get_problem(name).query_points())
         assert set(scaling["y_shift"]) == {0.0} and set(scaling["y_scale"]) == {1.0}, name
+
+
+def test_a_fresh_start_never_resumes_from_another_runs_checkpoint(small_data, tmp_path,
+                                                                  monkeypatch, capsys):
+    """Run A (seed 0) is interrupted after some checkpoints; run B (seed 1) starts afresh in
+    the same directory and is interrupted before its first checkpoint; B resumed must be B.
+    It continued A's chain under B's config.json (another method: a traceback). The command
+    line refuses the fresh start outright, naming --resume."""
+    import importlib
+
+    from bdeeponet.cli import main
+
+    train_module = importlib.import_module("bdeeponet.train")  # the module, not the function
+
+    data, path = small_data
+    conf = TrainConfig(method="sgld", epochs=12, batch_size=10, width=8, latent=8,
+                       checkpoint_every=1)
+    run = tmp_path / "run"
+    original = train_module._run_epoch
+
+    def interrupted_after(n):
+        calls = []
+
+        def step(*args, **kwargs):
+            calls.append(1)
+            if len(calls) > n:
+                raise KeyboardInterrupt
+            return original(*args, **kwargs)
+        return step
+
+    monkeypatch.setattr(train_module, "_run_epoch", interrupted_after(5))
+    with pytest.raises(KeyboardInterrupt):
+        train(data, conf, out=run)
+    assert (run / "checkpoint.pt").exists()
+    monkeypatch.setattr(train_module, "_run_epoch", original)
+    assert main(["train", str(path), "--method", "sgld", "--out", str(run), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "interrupted run" in err[0] and "--resume" in err[0], err
+    other = conf.updated(seed=1)
+    monkeypatch.setattr(train_module, "_run_epoch", interrupted_after(0))
+    with pytest.raises(KeyboardInterrupt):
+        train(data, other, out=run)
+    assert not (run / "checkpoint.pt").exists()
+    monkeypatch.setattr(train_module, "_run_epoch", original)
+    resumed = train(data, other, out=run, resume=True)
+    assert torch.equal(resumed.posterior.samples, train(data, other).posterior.samples)
+
+
+def test_loading_a_run_leaves_the_callers_random_stream_alone(small_data):
+    from bdeeponet.posterior import Posterior
+
+    data, _ = small_data
+    post = train(data, TrainConfig(method="sgld", epochs=4, batch_size=10, width=8,
+                                   latent=8)).posterior
+    torch.manual_seed(0)
+    expected = torch.randn(3)
+    torch.manual_seed(0)
+    Posterior.from_state_dict(post.state_dict())
+    assert torch.equal(torch.randn(3), expected)

@@ -489,6 +489,9 @@ def cmd_train(args) -> None:
     out = Path(args.out)
     if (out / "metrics.json").exists() and not args.resume:
         raise UsageError(f"{out} already holds a finished run; choose another --out")
+    if (out / "checkpoint.pt").exists() and not args.resume:
+        raise UsageError(f"{out} holds an interrupted run: continue it with --resume (and its "
+                         "options), or choose another --out")
     if args.resume and not (out / "config.json").exists():
         print(f"note: {out} holds no run to resume: starting a new one", file=sys.stderr)
     result = train(data, config, out, resume=args.resume, progress=not args.quiet,

@@ -57,7 +57,8 @@ class Posterior:
         if not self.mc_dropout and self.samples.shape[0] % self.chains:
             raise ValueError(f"{self.samples.shape[0]} samples do not split into "
                              f"{self.chains} chains")
-        self.model = DeepONet(self.config)
+        with torch.random.fork_rng(devices=[]):  # its initial weights are never used: leave
+            self.model = DeepONet(self.config)  # the caller's random stream where it was
         self.template = {k: v.detach() for k, v in self.model.named_parameters()}
         width = sum(v.numel() for v in self.template.values())
         if self.samples.dim() != 2 or self.samples.shape[1] != width:

@@ -324,6 +324,8 @@ def train(
         gen.set_state(loop.generator_state)
         energy.noise_std = loop.noise_std
     elif out is not None:
+        if ckpt.exists():  # another run's: a fresh start must never be resumed from it
+            ckpt.unlink()
         write_json(out / "config.json", {"train": config.to_dict(), "model": mconf.to_dict(),
                                          "noise_std": sigma, "data_meta": data.meta,
                                          "data_sha256": fingerprint})
