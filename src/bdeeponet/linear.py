@@ -52,7 +52,7 @@ class LinearPosterior:
             raise ValueError(
                 "the linear baseline predicts only at its training query points; omit 'y'"
             )
-        c = {"u_shift": 0.0, "u_scale": 1.0, "s_shift": 0.0, "s_scale": 1.0, **(self.scaling or {})}
+        c = _constants(self.scaling)
         u = (np.asarray(u, dtype=np.float64) - c["u_shift"]) / c["u_scale"]
         x = np.hstack([u, np.ones((len(u), 1))])
         mean = c["s_shift"] + c["s_scale"] * (x @ self.weights)
@@ -83,7 +83,7 @@ def fit_linear(u, s, y, noise_std: float, prior_std: float = 1.0,
     units or, with ``scaling`` (:func:`bdeeponet.model.standardisation`), in standardised
     ones: the prior is on the weights from ``(u - u_shift) / u_scale`` to
     ``(s - s_shift) / s_scale``."""
-    c = {"u_shift": 0.0, "u_scale": 1.0, "s_shift": 0.0, "s_scale": 1.0, **(scaling or {})}
+    c = _constants(scaling)
     u = (np.asarray(u, dtype=np.float64) - c["u_shift"]) / c["u_scale"]
     s = (np.asarray(s, dtype=np.float64) - c["s_shift"]) / c["s_scale"]
     sd = noise_std / c["s_scale"]
@@ -94,3 +94,8 @@ def fit_linear(u, s, y, noise_std: float, prior_std: float = 1.0,
     weights = cho_solve(factor, x.T @ s) / sd**2
     return LinearPosterior(weights, cov, np.asarray(y, dtype=np.float64), float(noise_std),
                            scaling=None if scaling is None else dict(scaling))
+
+
+def _constants(scaling: dict | None) -> dict[str, float]:
+    """The standardisation constants, the identity where none were used."""
+    return {"u_shift": 0.0, "u_scale": 1.0, "s_shift": 0.0, "s_scale": 1.0, **(scaling or {})}
