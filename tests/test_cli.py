@@ -406,6 +406,20 @@ def test_train_refuses_to_overwrite_finished_run(capsys, runs, data_file):
     assert (run / "metrics.json").read_bytes() == before
 
 
+def test_a_run_stopped_before_its_figures_says_how_to_draw_them(capsys, tmp_path, runs,
+                                                                 data_file):
+    """metrics.json is written before the command draws the figures: a run stopped between
+    the two is finished without band.png. The refusal says --resume draws it, and does."""
+    run = tmp_path / "run"
+    shutil.copytree(runs("adam"), run)
+    (run / "band.png").unlink()
+    assert_error(cli(capsys, "train", data_file, "--method", "adam", "--out", run, *TINY),
+                 "finished run", "--resume draws them")
+    assert cli(capsys, "train", data_file, "--method", "adam", "--out", run, *TINY,
+               "--resume")[0] == 0
+    assert (run / "band.png").exists()
+
+
 @pytest.mark.parametrize("command", ["predict", "evaluate"])
 def test_missing_run_directory(capsys, tmp_path, data_file, command):
     args = [data_file, "--out", tmp_path / "p.npz"] if command == "predict" else [data_file]

@@ -488,7 +488,10 @@ def cmd_train(args) -> None:
     data = load(args.data)
     out = Path(args.out)
     if (out / "metrics.json").exists() and not args.resume:
-        raise UsageError(f"{out} already holds a finished run; choose another --out")
+        drawn = all((out / f).exists() for f in ("history.png", "band.png"))
+        raise UsageError(f"{out} already holds a finished run; choose another --out" + (
+            "" if drawn else " (its figures are missing: the same command with --resume draws "
+            "them)"))
     if (out / "checkpoint.pt").exists() and not args.resume:
         raise UsageError(f"{out} holds an interrupted run: continue it with --resume (and its "
                          "options), or choose another --out")
