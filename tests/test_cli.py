@@ -469,7 +469,8 @@ def test_predict_input_that_is_not_npz(capsys, tmp_path, runs):
     path = tmp_path / "input.npy"
     np.save(path, np.zeros((2, M)))
     pred = tmp_path / "pred.npz"
-    assert_error(cli(capsys, "predict", runs("adam"), path, "--out", pred), str(path), ".npz")
+    assert_error(cli(capsys, "predict", runs("adam"), path, "--out", pred), path.name, ".npz",
+                 ".mat", ".h5")
     assert not pred.exists()
 
 
@@ -493,6 +494,36 @@ def test_predict_output_that_is_not_npz(capsys, tmp_path, runs, u_file):
     assert_error(cli(capsys, "predict", runs("sgld"), u_file(np.zeros((2, M))), "--out", pred),
                  "--out must end in .npz")
     assert not pred.exists()
+
+
+@pytest.mark.parametrize("kind", ["mat", "mat73", "h5"])
+def test_predict_and_acquire_read_matlab_and_hdf5_inputs(capsys, tmp_path, runs, kind):
+    """New inputs in a MATLAB or HDF5 file predict as the same arrays in an .npz do (a v7.3
+    file's transposed layout undone); they were refused as not .npz."""
+    import h5py
+    import scipy.io
+
+    from bdeeponet.importing import write_published
+
+    u = np.random.default_rng(0).standard_normal((3, M))
+    ref, pred = tmp_path / "ref.npz", tmp_path / "pred.npz"
+    np.savez(tmp_path / "u.npz", u=u)
+    assert cli(capsys, "predict", runs("sgld"), tmp_path / "u.npz", "--out", ref)[0] == 0
+    path = tmp_path / ("u.h5" if kind == "h5" else "u.mat")
+    if kind == "mat":
+        scipy.io.savemat(path, {"u": u})
+    elif kind == "mat73":
+        write_published(path, u, np.zeros((3, 2)), ("u", "unused"), mat73=True)
+    else:
+        with h5py.File(path, "w") as f:
+            f["u"] = u
+    rc, _, err = cli(capsys, "predict", runs("sgld"), path, "--out", pred)
+    assert rc == 0, err
+    with np.load(ref) as a, np.load(pred) as b:
+        assert np.array_equal(a["mean"], b["mean"]) and np.array_equal(a["upper"], b["upper"])
+    rc, _, err = cli(capsys, "acquire", runs("sgld"), path, "--n", "2", "--out",
+                     tmp_path / "picked.npz")
+    assert rc == 0, err
 
 
 def test_predict_missing_input_file(capsys, tmp_path, runs):

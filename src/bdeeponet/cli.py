@@ -537,14 +537,13 @@ def cmd_train(args) -> None:
 
 
 def cmd_predict(args) -> None:
-    from .data import read_npz
     from .io import atomic_write
     from .run import load_run, predict
 
     if not args.out.endswith(".npz"):
         raise UsageError(f"--out must end in .npz, got '{args.out}'")
     run = load_run(args.run)
-    arrays = read_npz(args.input)  # DataError (one line) for a missing or non-.npz file
+    arrays = _read_inputs(args.input, ("u", "y"))
     if "u" not in arrays:
         raise UsageError(f"{args.input}: missing key 'u' (input functions, shape (n, m))")
     u = arrays["u"]
@@ -579,6 +578,17 @@ def cmd_predict(args) -> None:
               f"({100 * out['novel'].mean():.0f}%) are unlike the training inputs (flagged at a "
               f"{args.false_alarm:g} false-alarm rate): their bands may not hold",
               file=sys.stderr)
+
+
+def _read_inputs(path: str, keys) -> dict[str, np.ndarray]:
+    """The arrays ``keys`` of an ``.npz``, a MATLAB (v5, v7.3) or an HDF5 file (absent ones
+    left out); one error line for a file that cannot be read."""
+    from .data import read_npz
+    from .importing import read_arrays
+
+    if path.lower().endswith(".npz"):
+        return {k: v for k, v in read_npz(path).items() if k in keys}
+    return read_arrays(path, keys)
 
 
 def _warn_outside(run, y: np.ndarray) -> None:
@@ -653,12 +663,11 @@ def cmd_problems(args) -> None:
 
 def cmd_acquire(args) -> None:
     from .acquire import CRITERIA, ERRORS, acquire
-    from .data import read_npz
     from .io import atomic_write
     from .run import load_run
 
     run = load_run(args.run)
-    arrays = read_npz(args.pool)
+    arrays = _read_inputs(args.pool, ("u",))
     if "u" not in arrays:
         raise UsageError(f"{args.pool}: missing key 'u' (candidate inputs, shape (n, m))")
     u = arrays["u"]

@@ -45,6 +45,10 @@ class ImportDataError(ValueError):
     """A data file, key or option that cannot be converted (one-line message)."""
 
 
+class _MissingKey(ImportDataError):
+    """The file holds no array under that key."""
+
+
 def import_file(path, *, input_key: str, output_key: str, grid_key: str | None = None,
                 subsample: int = 1, n_train: int | None = None, n_test: int | None = None,
                 noise: float | None = None, seed: int = 0) -> OperatorData:
@@ -288,7 +292,21 @@ def _reader(path: Path) -> Iterator[tuple[str, Read]]:
 
 def _missing(src, key, option, available) -> ImportDataError:
     names = ", ".join(sorted(available)[:20]) or "none"
-    return ImportDataError(f"{src}: {option} key '{key}' not found (keys: {names})")
+    return _MissingKey(f"{src}: {option} key '{key}' not found (keys: {names})")
+
+
+def read_arrays(path, keys) -> dict[str, np.ndarray]:
+    """The arrays of ``keys`` that a file in any of the formats above holds, as stored (v7.3
+    transposed back), for inputs given to ``predict`` and ``acquire``; absent keys are left
+    out. A file that cannot be read raises :class:`ImportDataError` in one line."""
+    out = {}
+    with _reader(Path(path)) as (_fmt, read):
+        for key in keys:
+            try:
+                out[key] = read(key, "")
+            except _MissingKey:
+                pass
+    return out
 
 
 def _npz_get(src, z, key, option) -> np.ndarray:
