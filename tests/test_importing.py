@@ -209,3 +209,17 @@ def test_bad_files_are_refused(tmp_path):
     for name in ("junk.mat", "junk.h5", "d.csv", "missing.npz"):
         with pytest.raises(ImportDataError, match=name.split(".")[0]):
             import_file(tmp_path / name, input_key="a", output_key="u")
+
+
+def test_measured_outputs_record_their_noise_sd_and_keep_their_values(npz):
+    """``noise_std``: the outputs are measurements; their σ is recorded for training,
+    nothing is added, and no clean targets are claimed. With ``noise`` it is refused."""
+    d = import_file(npz, input_key="a", output_key="u", noise_std=0.02)
+    plain = import_file(npz, input_key="a", output_key="u")
+    assert d.noise_std == 0.02 and d.s_train_clean is None
+    np.testing.assert_array_equal(d.s_train, plain.s_train)
+    assert d.meta["measured_noise_std"] == 0.02
+    with pytest.raises(ImportDataError, match="give one of them"):
+        import_file(npz, input_key="a", output_key="u", noise=0.01, noise_std=0.02)
+    with pytest.raises(ImportDataError, match="--noise-std must be"):
+        import_file(npz, input_key="a", output_key="u", noise_std=-1.0)

@@ -221,6 +221,9 @@ def _add_import(sub):
     p.add_argument("--noise", type=float, metavar="SD",
                    help="add N(0, SD^2) noise to the training outputs (default: none added and "
                         "none recorded, so training estimates it)")
+    p.add_argument("--noise-std", type=float, metavar="SD",
+                   help="the outputs are measurements with noise of sd SD: recorded, nothing "
+                        "added (instead of --noise)")
     p.add_argument("--seed", type=int, default=0, help="seed of the added noise")
 
 
@@ -231,8 +234,10 @@ def cmd_import(args) -> None:
         raise UsageError(f"--out must end in .npz, got '{args.out}'")
     data = import_to(args.file, args.out, input_key=args.input, output_key=args.output,
                      grid_key=args.grid, subsample=args.subsample, n_train=args.n_train,
-                     n_test=args.n_test, noise=args.noise, seed=args.seed)
-    noise = f"noise sd {data.noise_std:g} added" if data.noise_std is not None else "no noise sd"
+                     n_test=args.n_test, noise=args.noise, seed=args.seed,
+                     noise_std=args.noise_std)
+    noise = ("no noise sd" if data.noise_std is None else f"noise sd {data.noise_std:g} "
+             + ("recorded" if args.noise_std is not None else "added"))
     print(f"wrote {args.out}: {data.n_train} train / {data.u_test.shape[0]} test functions, "
           f"{data.n_sensors} sensors, {data.n_points} query points of dimension "
           f"{data.y.shape[1]}, {noise} (grid: {data.meta['grid']})")

@@ -51,16 +51,24 @@ class _MissingKey(ImportDataError):
 
 def import_file(path, *, input_key: str, output_key: str, grid_key: str | None = None,
                 subsample: int = 1, n_train: int | None = None, n_test: int | None = None,
-                noise: float | None = None, seed: int = 0) -> OperatorData:
+                noise: float | None = None, seed: int = 0,
+                noise_std: float | None = None) -> OperatorData:
     """Read ``input_key`` / ``output_key`` (and ``grid_key``) from ``path`` as aligned data.
 
     Every ``subsample``-th grid point is kept along each grid axis. The first ``n_train``
     functions are for training and the next ``n_test`` for testing (default: 10% test, at
     least one, the rest training). With ``noise``, i.i.d. N(0, noise^2) drawn with ``seed``
-    is added to the training outputs only, and the clean ones are kept.
+    is added to the training outputs only, and the clean ones are kept. With ``noise_std``
+    the outputs are measurements whose noise has that sd: it is recorded, nothing is added.
     """
     path = Path(path)
     _check_options(input_key, output_key, grid_key, subsample, n_train, n_test, noise, seed)
+    if noise_std is not None:
+        if noise is not None:
+            raise ImportDataError("--noise adds noise to clean outputs and --noise-std records "
+                                  "the noise of measured ones: give one of them")
+        _check_options(input_key, output_key, grid_key, subsample, n_train, n_test, noise_std,
+                       seed, "--noise-std")
     subsample, seed = int(subsample), int(seed)  # plain numbers for the JSON meta
     noise = None if noise is None else float(noise)
     with _reader(path) as (fmt, read):
@@ -95,6 +103,7 @@ def import_file(path, *, input_key: str, output_key: str, grid_key: str | None =
     meta = {
         "source": src, "format": fmt, "input_key": input_key, "output_key": output_key,
         "subsample": subsample, "n_train": n_train, "n_test": n_test, "noise": noise,
+        "measured_noise_std": None if noise_std is None else float(noise_std),
         "seed": seed, "grid": grid, "sensor_grid": sensor_grid,
         "format_version": FORMAT_VERSION,
     }
@@ -102,7 +111,7 @@ def import_file(path, *, input_key: str, output_key: str, grid_key: str | None =
         return OperatorData(
             u_train=x[:n_train], s_train=s_train, u_test=x[n_train:], s_test=s[n_train:],
             y=y, sensors=sensors, s_train_clean=s_train_clean if noise is not None else None,
-            noise_std=noise, meta=meta)
+            noise_std=noise if noise_std is None else float(noise_std), meta=meta)
     except DataError as exc:  # not expected after the checks above; keep the one-line form
         raise ImportDataError(f"{src}: {exc}") from None
 
@@ -153,7 +162,8 @@ def _is_int(v) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
-def _check_options(input_key, output_key, grid_key, subsample, n_train, n_test, noise, seed):
+def _check_options(input_key, output_key, grid_key, subsample, n_train, n_test, noise, seed,
+                   noise_option: str = "--noise"):
     for option, key in (("--input", input_key), ("--output", output_key), ("--grid", grid_key)):
         if (key is not None or option != "--grid") and not (isinstance(key, str) and key):
             raise ImportDataError(f"{option} must be a non-empty key name, got {key!r}")
@@ -164,7 +174,7 @@ def _check_options(input_key, output_key, grid_key, subsample, n_train, n_test, 
             raise ImportDataError(f"{option} must be an integer >= 1, got {v!r}")
     if noise is not None and not (isinstance(noise, numbers.Real) and not isinstance(noise, bool)
                                   and SCALE_RANGE[0] <= noise <= SCALE_RANGE[1]):
-        raise ImportDataError(f"--noise must be a number within [{SCALE_RANGE[0]:g}, "
+        raise ImportDataError(f"{noise_option} must be a number within [{SCALE_RANGE[0]:g}, "
                               f"{SCALE_RANGE[1]:g}], got {noise!r}")
     if not _is_int(seed) or seed < 0:
         raise ImportDataError(f"--seed must be an integer >= 0, got {seed!r}")
