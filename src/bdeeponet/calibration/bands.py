@@ -124,6 +124,10 @@ def bands(mean, std, noise_std: float, calibration: Calibration | None = None,
         "lower": mean - k * half, "upper": mean + k * half,
         "obs_std": obs_std, "obs_lower": mean - obs_half, "obs_upper": mean + obs_half,
     }
+    if cal.quantiles is not None and function_level > max(cal.levels):
+        raise ValueError(f"function_level {function_level:g} is above {max(cal.levels):g}, the "
+                         f"highest level the held-out functions were fitted at: its band "
+                         f"would be that level's")
     q = cal.quantile(function_level)
     k95 = cal.scale(0.95)
     sim_half = (q if q is not None else _bonferroni(function_level, mean.shape[-1])) * np.sqrt(
