@@ -489,6 +489,16 @@ def test_predict_warns_where_the_query_points_leave_the_training_range(capsys, t
             assert err[0].startswith(f"warning: {outside} of 31 query points") and "[0, 1]" in err[0]
 
 
+def test_predict_says_when_the_function_band_has_no_stated_confidence(capsys, tmp_path, runs,
+                                                                     u_file):
+    """Under 10 held-out functions the function-level band is the Gaussian union bound with
+    no stated confidence: recorded as null in meta, and now said in one warning line."""
+    pred = tmp_path / "pred.npz"
+    rc, _, err = cli(capsys, "predict", runs("sgld"), u_file(np.zeros((2, M))), "--out", pred)
+    assert rc == 0 and json.loads(str(np.load(pred)["meta"]))["function_confidence"] is None
+    assert sum("union bound" in line for line in err.splitlines()) == 1, err
+
+
 def test_predict_output_that_is_not_npz(capsys, tmp_path, runs, u_file):
     pred = tmp_path / "pred.txt"
     assert_error(cli(capsys, "predict", runs("sgld"), u_file(np.zeros((2, M))), "--out", pred),

@@ -564,6 +564,10 @@ def cmd_predict(args) -> None:
     print(f"wrote {args.out}: {', '.join(out)} (each (n, P) = {out['mean'].shape}, novelty "
           f"and novel (n,)); bands at {args.level:g}, whole trajectories at "
           f"{args.function_level:g}")
+    if "function_confidence" in cal and cal["function_confidence"] is None:
+        print(f"warning: {args.run} holds too few held-out functions (under 10) to fit its "
+              "function-level band: it is the Gaussian union bound, with no stated confidence "
+              "(--calibration sets the fraction held out)", file=sys.stderr)
     if cal.get("quantiles") is not None and "function_confidence" not in cal:
         print(f"warning: {args.run} was calibrated before 2026-11-29: its function-level band "
               "covers its level in at most 90% of held-out draws, not 99%; `bdeeponet "
