@@ -277,10 +277,14 @@ def test_predicted_swap_rate_against_monte_carlo():
     """The normal approximation of the χ² energy gap, against exact Monte Carlo swaps of a
     d-dimensional Gaussian (2e5 draws: standard error < 0.002); and the DeepONet's case."""
     rng = np.random.default_rng(5)
-    for d, t1, t2 in ((50, 1.0, 1.1), (200, 1.0, 1.05)):
+    for d, t1, t2, v in ((50, 1.0, 1.1, 0.0), (200, 1.0, 1.05, 0.0), (10, 1.0, 1.5, 20.0),
+                         (1000, 1.0, 1.05, 2000.0)):
         u1, u2 = t1 * rng.chisquare(d, 200_000) / 2, t2 * rng.chisquare(d, 200_000) / 2
-        mc = np.minimum(1, np.exp((1 / t1 - 1 / t2) * (u1 - u2))).mean()
-        assert predicted_swap_rate(d, t1, t2) == pytest.approx(mc, abs=0.01)
+        gap = u1 - u2 + np.sqrt(v) * rng.standard_normal(200_000)  # the estimator's noise
+        td = 1 / t1 - 1 / t2
+        mc = np.minimum(1, np.exp(td * gap - td**2 * v / 2)).mean()
+        # with noise its variance entered the mean only: 0.265 for 0.328, 0.091 for 0.189
+        assert predicted_swap_rate(d, t1, t2, v) == pytest.approx(mc, abs=0.01), (d, v)
     assert predicted_swap_rate(23_000, 1.0, 10.0) == 0.0
     assert predicted_swap_rate(50, 1.0, 1.1, var_delta=1e4) < 1e-3  # the correction costs
     assert communication_barrier(23_000, 1.0, 10.0) == pytest.approx(60.503 * 2.302585, rel=1e-4)

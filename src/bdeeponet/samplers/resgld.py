@@ -394,6 +394,8 @@ class ReSGLD(LangevinSettings):
         d_eff = max(2 * gap / (t1 - t0), 0.0)
         return {
             "measured": state.accepted[0] / n,
+            # the geometric mean of min(1, r̂) (the mean of its log, which stays finite where
+            # r̂ ~ e^-1e4), a typical offer's acceptance; "measured" is the accepted share
             "mean_acceptance": math.exp(log_rate_sum / n) if log_rate_sum > -700 * n else 0.0,
             "predicted": predicted_swap_rate(d, t0, t1, var),
             "predicted_from_gap": predicted_swap_rate(d_eff, t0, t1, var),

@@ -75,15 +75,17 @@ def predicted_swap_rate(d: float, tau1: float, tau2: float, var_delta: float = 0
     that is Gaussian in ``d`` dimensions.
 
     There ``U_τ − U_min ~ τ χ²_d / 2``: ``E[U1 − U2] = −d (τ2 − τ1)/2`` and
-    ``Var[U1 − U2] = d (τ1² + τ2²)/2``, so ``log r̂ = τ_δ (U1 − U2) − τ_δ² v/2`` is normal
-    with mean μ and variance s², and ``E min(1, e^X) = Φ(μ/s) + e^{μ + s²/2} Φ(−μ/s − s)``.
+    ``Var[U1 − U2] = d (τ1² + τ2²)/2``; the energies' estimator adds its noise of variance
+    ``v`` (``var_delta``), so ``log r̂ = τ_δ (Û1 − Û2) − τ_δ² v/2`` is normal with mean μ and
+    variance ``s² = τ_δ² (d (τ1² + τ2²)/2 + v)``, and
+    ``E min(1, e^X) = Φ(μ/s) + e^{μ + s²/2} Φ(−μ/s − s)``.
     For the DeepONet (d ≈ 2·10⁴, τ1 = 1, τ2 = 10) μ ≈ −8·10⁴: no unbiased rule can swap
     such a pair, which is what the runs measure. The global communication barrier of the
     pair, ``Λ ≈ sqrt(d/(2π)) ln(τ2/τ1)`` (Syed et al. 2022), is :func:`communication_barrier`.
     """
     tau_delta = 1.0 / tau1 - 1.0 / tau2
     mu = -tau_delta * d * (tau2 - tau1) / 2 - 0.5 * tau_delta**2 * var_delta
-    s = tau_delta * math.sqrt(d * (tau1**2 + tau2**2) / 2)
+    s = tau_delta * math.sqrt(d * (tau1**2 + tau2**2) / 2 + var_delta)
     if s == 0:
         return 1.0 if mu >= 0 else math.exp(mu)
     # both terms in logs: for d ~ 1e4, s²/2 and log Φ(−μ/s − s) are each ~ ±1e5
