@@ -1,6 +1,8 @@
 """The predictive distribution of several chains (bdeeponet.posterior.pooled_predictive)
 against Monte Carlo: chains stuck in different regions, the truth one more such region."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -139,3 +141,23 @@ def test_an_mc_dropout_pass_is_one_network_whatever_shares_its_batch(branch_grid
     for key in ("mean", "raw_std"):
         assert torch.allclose(part[key], whole[key][rows][:, points], rtol=1e-5, atol=1e-7), key
     assert float(whole["raw_std"].min()) > 0  # the passes differ
+
+
+def test_a_shared_conv_mask_is_one_per_location_and_channel_for_every_function():
+    """A conv layer's activations are rows of function × location: a pass's shared mask is
+    drawn per location and channel, as training draws it, and repeated for each function.
+    It was one per channel for all locations, which dropped whole channels: the band of an
+    MC-dropout conv run came out 1.7 times wider than its training masks imply."""
+    from bdeeponet.model import DeepONet, Dropout, ModelConfig
+
+    drop = Dropout(0.5, group=4)
+    drop.generator, drop.shared = torch.Generator().manual_seed(0), True
+    mask = drop.mask(torch.ones(3 * 4, 6)).reshape(3, 4, 6)
+    assert torch.equal(mask[0], mask[1]) and torch.equal(mask[0], mask[2])
+    assert not all(torch.equal(mask[0, 0], mask[0, j]) for j in range(1, 4))
+    config = ModelConfig(n_sensors=100, dim_y=1, width=8, latent=4, dropout=0.2,
+                         branch_grid=(10, 10), channels=2)
+    layers = list(DeepONet(config).branch)
+    for i, layer in enumerate(layers):
+        if isinstance(layer, Dropout) and hasattr(layers[i - 3], "out_grid"):
+            assert layer.group == math.prod(layers[i - 3].out_grid)

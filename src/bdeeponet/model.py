@@ -68,25 +68,30 @@ class Dropout(nn.Module):
 
     ``nn.Dropout`` draws from torch's global RNG; MC-dropout bands must be reproducible
     from an explicit seed, so the caller sets ``generator`` (see :func:`set_dropout_generator`).
-    ``shared``: one mask for every row (function or query point) of a forward pass, so that
-    a pass is one thinned network (Gal 2016) and a row's prediction does not depend on which
-    rows share its batch; training draws a mask per row.
+    ``shared``: one mask for every function (and query point) of a forward pass, so that a
+    pass is one thinned network (Gal 2016) and a function's prediction does not depend on
+    which functions share its batch; training draws a mask per row. ``group``: the rows of
+    one function (a conv layer's locations, ``(n·L, c)``): a shared mask is drawn for L rows
+    and repeated for each function, so each unit keeps its own mask as in training.
     """
 
-    def __init__(self, p: float):
+    def __init__(self, p: float, group: int = 1):
         super().__init__()
-        self.p = p
+        self.p, self.group = p, group
         self.generator: torch.Generator | None = None
         self.shared = False
 
     def mask(self, x: torch.Tensor) -> torch.Tensor | None:
-        """A fresh scaled mask (keep / (1 - p)) shaped like ``x`` (like one row of it when
-        ``shared``), or None when inactive."""
+        """A fresh scaled mask (keep / (1 - p)) shaped like ``x`` (one function's rows of it,
+        repeated, when ``shared``), or None when inactive."""
         if not self.training or self.p == 0:
             return None
-        shape = (1, *x.shape[1:]) if self.shared else x.shape
+        shape = (*([1] * (x.dim() - 2)), self.group, x.shape[-1]) if self.shared else x.shape
         keep = torch.rand(shape, generator=self.generator, dtype=x.dtype, device=x.device) >= self.p
-        return keep.to(x.dtype) / (1 - self.p)
+        mask = keep.to(x.dtype) / (1 - self.p)
+        if self.shared and self.group > 1:
+            mask = mask.repeat(*([1] * (x.dim() - 2)), x.shape[-2] // self.group, 1)
+        return mask
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mask = self.mask(x)
@@ -376,7 +381,7 @@ def conv_branch(grid: tuple[int, ...], channels: int, width: int, latent: int, a
         patches = Patches(size, c_in, kernel, stride, padding)
         layers += [patches, nn.Linear(patches.out_features, c_out), ACTIVATIONS[activation]()]
         if dropout > 0:
-            layers.append(Dropout(dropout))
+            layers.append(Dropout(dropout, group=math.prod(patches.out_grid)))
         size, c_in, i = patches.out_grid, c_out, i + 1
     layers.append(Flatten(size[0] * size[1], c_in))
     return nn.Sequential(*layers, *mlp([size[0] * size[1] * c_in, width, latent], activation,
