@@ -223,3 +223,27 @@ def test_measured_outputs_record_their_noise_sd_and_keep_their_values(npz):
         import_file(npz, input_key="a", output_key="u", noise=0.01, noise_std=0.02)
     with pytest.raises(ImportDataError, match="--noise-std must be"):
         import_file(npz, input_key="a", output_key="u", noise_std=-1.0)
+
+
+def test_measured_test_targets_are_scored_as_they_are(tmp_path):
+    """With ``noise_std`` recorded by ``import --noise-std`` the test targets are
+    measurements: the function-level band is scored against them, not against noisy copies
+    of them (which added the noise twice: 85% at 95% where the measurements were all inside)."""
+    from bdeeponet import TrainConfig, generate, get_problem, train
+    from bdeeponet.calibration import Calibration, coverage_table
+    from bdeeponet.run import predict
+
+    d = generate(get_problem("antiderivative"), 0.05, np.random.default_rng(0), n_train=80,
+                 n_test=20)
+    rng = np.random.default_rng(1)
+    u = np.vstack([d.u_train, d.u_test])
+    s = np.vstack([d.s_train_clean, d.s_test]) + 0.05 * rng.standard_normal((100, d.n_points))
+    path = tmp_path / "meas.npz"
+    np.savez(path, u=u, s=s)
+    data = import_file(path, input_key="u", output_key="s", n_test=20, noise_std=0.05)
+    result = train(data, TrainConfig(method="linear", calibration=0.3), device="cpu")
+    p = predict(result, data.u_test, data.y)
+    expected = coverage_table(p["mean"], p["raw_std"], data.s_test, 0.05,
+                              Calibration.from_dict(result.posterior.calibration),
+                              s_observed=data.s_test)["function"]
+    assert result.metrics["coverage"]["calibrated"]["function"] == expected
