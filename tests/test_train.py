@@ -221,3 +221,39 @@ def test_loading_a_run_leaves_the_callers_random_stream_alone(small_data):
     torch.manual_seed(0)
     Posterior.from_state_dict(post.state_dict())
     assert torch.equal(torch.randn(3), expected)
+
+
+def test_a_run_begun_before_the_coordinate_scaling_resumes_reading_them_as_they_are(
+        small_data, tmp_path, monkeypatch):
+    """A run interrupted under a version whose trunk read its coordinates as they are
+    (config.json's model without y_shift) resumes with that model, so its samples before
+    and after the interruption are of one network; it took the new scaling mid-run."""
+    import importlib
+
+    train_module = importlib.import_module("bdeeponet.train")
+    data, _ = small_data
+    shifted = data.__class__(data.u_train, data.s_train, data.u_test, data.s_test,
+                             1000 + 50 * data.y, noise_std=data.noise_std)
+    conf = TrainConfig(method="sgld", epochs=12, batch_size=10, width=8, latent=8,
+                       checkpoint_every=1)
+    run, original = tmp_path / "run", train_module._run_epoch
+    calls = []
+
+    def step(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 5:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "_run_epoch", step)
+    with pytest.raises(KeyboardInterrupt):
+        train(shifted, conf, out=run)
+    monkeypatch.setattr(train_module, "_run_epoch", original)
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["model"]["y_shift"] == [1000.0]
+    for key in ("y_shift", "y_scale"):  # as an earlier version wrote it
+        del saved["model"][key]
+    (run / "config.json").write_text(json.dumps(saved))
+    resumed = train(shifted, conf, out=run, resume=True)
+    assert resumed.posterior.config.y_shift == () and resumed.posterior.config.y_scale == ()
+    assert train(shifted, conf).posterior.config.y_shift == (1000.0,)

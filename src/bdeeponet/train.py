@@ -323,6 +323,8 @@ def train(
         loop = _load_checkpoint(ckpt, device)
         gen.set_state(loop.generator_state)
         energy.noise_std = loop.noise_std
+        mconf = model.config = _started_coordinates(out, mconf)
+        model.__dict__.pop("_feature_cache", None)  # features of the scaling it replaced
     elif out is not None:
         if ckpt.exists():  # another run's: a fresh start must never be resumed from it
             ckpt.unlink()
@@ -425,6 +427,18 @@ def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfi
         "e1_mean": float("nan"),
         "e2_mean": float("nan"),
     }
+
+
+def _started_coordinates(out: Path, mconf: ModelConfig) -> ModelConfig:
+    """``mconf`` with the query coordinates' scaling the run started with (config.json): a
+    run begun before the trunk read them mapped onto [0, 1] goes on reading them as they
+    are, so its samples before and after the interruption are of one model."""
+    try:
+        saved = json.loads((out / "config.json").read_text()).get("model", {})
+    except (OSError, ValueError, AttributeError):
+        return mconf
+    return dataclasses.replace(mconf, y_shift=tuple(saved.get("y_shift", ())),
+                               y_scale=tuple(saved.get("y_scale", ())))
 
 
 def _finish(loop, sampler, config, mconf, data, out, noise_std: float, held_out,
