@@ -435,6 +435,9 @@ def test_the_likelihood_of_few_chains_recovers_the_scale_and_its_interval(dof, n
         hits += abs(np.log(k_hat / 1.3)) <= 1.645 * se
     assert abs(np.median(ratios) - 1) < 0.03, np.median(ratios)
     assert hits >= 14, hits
+    from bdeeponet.calibration.scales import _mixing_rule
+
+    assert np.isfinite(_mixing_rule()[0]).all()  # Φ(z) rounded to 1 put two nodes at inf
 
 
 def test_the_likelihood_tells_more_than_the_coverages():

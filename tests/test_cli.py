@@ -479,6 +479,9 @@ def test_predict_warns_where_the_query_points_leave_the_training_range(capsys, t
     """New query points beyond the training ones (y in [0, 1]) get one warning line naming
     how many and the range; points inside get none. It predicted silently."""
     path, pred = tmp_path / "input.npz", tmp_path / "pred.npz"
+    np.savez(path, u=np.zeros((2, M)), y=np.load(runs("linear") / "query_points.npy"))
+    rc, _, err = cli(capsys, "predict", runs("linear"), path, "--out", pred)  # it has no trunk
+    assert rc == 0 and "outside" not in err, err
     for y, outside in ((np.linspace(-1, 2, 31)[:, None], 20), (np.linspace(0, 1, 7)[:, None], 0)):
         np.savez(path, u=np.zeros((2, M)), y=y)
         rc, _, err = cli(capsys, "predict", runs("sgld"), path, "--out", pred)

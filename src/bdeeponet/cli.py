@@ -152,7 +152,7 @@ _rate = _unit_interval("a false-alarm rate")
 def _add_predict_evaluate(sub):
     p = sub.add_parser("predict", help="predictive mean, std and bands for new inputs")
     p.add_argument("run", help="run directory")
-    p.add_argument("input", help=".npz with 'u' (n, m) and optionally 'y' (P, d)")
+    p.add_argument("input", help=".npz, MATLAB or HDF5 file with 'u' (n, m) and optionally 'y' (P, d)")
     p.add_argument("--out", required=True,
                    help="output .npz: mean, std, lower/upper (solution band), obs_std, "
                         "obs_lower/obs_upper (observation band), sim_lower/sim_upper (whole "
@@ -255,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "posterior's uncertainty over the pool, picked as a batch (the next "
                        "simulations to run)")
     p.add_argument("run", help="run directory")
-    p.add_argument("pool", help=".npz with 'u' (n, m): the candidate inputs")
+    p.add_argument("pool", help=".npz, MATLAB or HDF5 file with 'u' (n, m): the candidate inputs")
     p.add_argument("--n", type=int, required=True, help="how many to pick")
     p.add_argument("--criterion", choices=("reduction", "variance", "noisy"),
                    help="reduction (default): each pick the largest cut in the pool's total "
@@ -607,7 +607,7 @@ def _warn_outside(run, y: np.ndarray) -> None:
     if not path.exists() or y.ndim != 2:
         return
     trained = np.load(path)
-    periodic = {j for j, _ in getattr(run.posterior.config, "periodic", ())}
+    periodic = {j for j, _ in getattr(getattr(run.posterior, "config", None), "periodic", ())}
     lo, hi = trained.min(axis=0), trained.max(axis=0)
     slack = 1e-9 * np.maximum(hi - lo, 1.0)
     cols = [j for j in range(y.shape[1]) if j not in periodic]

@@ -183,13 +183,15 @@ _MIXING_POINTS = 32  # quadrature points of the Student-t's Gamma mixing
 def _mixing_rule() -> tuple[np.ndarray, np.ndarray]:
     """``(table, weights)``: Gauss-Hermite quadrature of the Gamma mixing in its normal score
     z (the Gamma quantile at Φ(z)), so that the nodes reach the mixing's far tails (Φ(z)
-    down to 1e-12), where a Student-t's large residuals live; equal-weight quantile
+    and 1 − Φ(z) down to 1e-12), where a Student-t's large residuals live; equal-weight quantile
     midpoints stopped at the 1/64 quantile, and the scale fitted to Student-t errors came
     out 23% high at 1.5 dof, 3% at 3. ``table`` (len(_DOF_NODES) + 1, Q): the nodes at each
     tabulated dof, and a last row of ones (a Gaussian's); ``weights`` (Q,) sum to 1."""
     z, w = np.polynomial.hermite_e.hermegauss(_MIXING_POINTS)
-    u = norm.cdf(z)
-    table = gamma_dist.ppf(u[None, :], a=_DOF_NODES[:, None] / 2, scale=2 / _DOF_NODES[:, None])
+    shape, scale = _DOF_NODES[:, None] / 2, 2 / _DOF_NODES[:, None]
+    # the upper half from the upper tail: Φ(z) rounds to 1 (a node at inf) from z ≈ 8.3
+    table = np.where(z < 0, gamma_dist.ppf(norm.cdf(z), a=shape, scale=scale),
+                     gamma_dist.isf(norm.sf(z), a=shape, scale=scale))
     return np.vstack([table, np.ones(_MIXING_POINTS)]), w / w.sum()
 
 
