@@ -164,48 +164,46 @@ def test_the_trunk_reads_its_coordinates_on_the_unit_scale_wherever_the_data_put
         assert set(scaling["y_shift"]) == {0.0} and set(scaling["y_scale"]) == {1.0}, name
 
 
+def _interrupted(monkeypatch, data, config, out, after: int) -> None:
+    """``train`` into ``out`` stopped by a KeyboardInterrupt once ``after`` epochs have run
+    (their checkpoints written), as Ctrl-C stops it."""
+    import importlib
+
+    module = importlib.import_module("bdeeponet.train")  # the module, not the function
+    original, calls = module._run_epoch, []
+
+    def step(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > after:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, "_run_epoch", step)
+    with pytest.raises(KeyboardInterrupt):
+        train(data, config, out=out)
+    monkeypatch.setattr(module, "_run_epoch", original)
+
+
 def test_a_fresh_start_never_resumes_from_another_runs_checkpoint(small_data, tmp_path,
                                                                   monkeypatch, capsys):
     """Run A (seed 0) is interrupted after some checkpoints; run B (seed 1) starts afresh in
     the same directory and is interrupted before its first checkpoint; B resumed must be B.
     It continued A's chain under B's config.json (another method: a traceback). The command
     line refuses the fresh start outright, naming --resume."""
-    import importlib
-
     from bdeeponet.cli import main
-
-    train_module = importlib.import_module("bdeeponet.train")  # the module, not the function
 
     data, path = small_data
     conf = TrainConfig(method="sgld", epochs=12, batch_size=10, width=8, latent=8,
                        checkpoint_every=1)
     run = tmp_path / "run"
-    original = train_module._run_epoch
-
-    def interrupted_after(n):
-        calls = []
-
-        def step(*args, **kwargs):
-            calls.append(1)
-            if len(calls) > n:
-                raise KeyboardInterrupt
-            return original(*args, **kwargs)
-        return step
-
-    monkeypatch.setattr(train_module, "_run_epoch", interrupted_after(5))
-    with pytest.raises(KeyboardInterrupt):
-        train(data, conf, out=run)
+    _interrupted(monkeypatch, data, conf, run, after=5)
     assert (run / "checkpoint.pt").exists()
-    monkeypatch.setattr(train_module, "_run_epoch", original)
     assert main(["train", str(path), "--method", "sgld", "--out", str(run), "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "interrupted run" in err[0] and "--resume" in err[0], err
     other = conf.updated(seed=1)
-    monkeypatch.setattr(train_module, "_run_epoch", interrupted_after(0))
-    with pytest.raises(KeyboardInterrupt):
-        train(data, other, out=run)
+    _interrupted(monkeypatch, data, other, run, after=0)
     assert not (run / "checkpoint.pt").exists()
-    monkeypatch.setattr(train_module, "_run_epoch", original)
     resumed = train(data, other, out=run, resume=True)
     assert torch.equal(resumed.posterior.samples, train(data, other).posterior.samples)
 
@@ -228,27 +226,13 @@ def test_a_run_begun_before_the_coordinate_scaling_resumes_reading_them_as_they_
     """A run interrupted under a version whose trunk read its coordinates as they are
     (config.json's model without y_shift) resumes with that model, so its samples before
     and after the interruption are of one network; it took the new scaling mid-run."""
-    import importlib
-
-    train_module = importlib.import_module("bdeeponet.train")
     data, _ = small_data
     shifted = data.__class__(data.u_train, data.s_train, data.u_test, data.s_test,
                              1000 + 50 * data.y, noise_std=data.noise_std)
     conf = TrainConfig(method="sgld", epochs=12, batch_size=10, width=8, latent=8,
                        checkpoint_every=1)
-    run, original = tmp_path / "run", train_module._run_epoch
-    calls = []
-
-    def step(*args, **kwargs):
-        calls.append(1)
-        if len(calls) > 5:
-            raise KeyboardInterrupt
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(train_module, "_run_epoch", step)
-    with pytest.raises(KeyboardInterrupt):
-        train(shifted, conf, out=run)
-    monkeypatch.setattr(train_module, "_run_epoch", original)
+    run = tmp_path / "run"
+    _interrupted(monkeypatch, shifted, conf, run, after=5)
     saved = json.loads((run / "config.json").read_text())
     assert saved["model"]["y_shift"] == [1000.0]
     for key in ("y_shift", "y_scale"):  # as an earlier version wrote it

@@ -603,10 +603,9 @@ def _read_inputs(path: str, keys) -> dict[str, np.ndarray]:
 def _warn_outside(run, y: np.ndarray) -> None:
     """One warning line when query points lie beyond the range of the training ones in a
     non-periodic coordinate: the trunk extrapolates there, and nothing calibrated its band."""
-    path = run.path / "query_points.npy"
-    if not path.exists() or y.ndim != 2:
+    trained = _saved_query_points(run)
+    if trained is None or y.ndim != 2:
         return
-    trained = np.load(path)
     periodic = {j for j, _ in getattr(getattr(run.posterior, "config", None), "periodic", ())}
     lo, hi = trained.min(axis=0), trained.max(axis=0)
     slack = 1e-9 * np.maximum(hi - lo, 1.0)
@@ -621,11 +620,17 @@ def _warn_outside(run, y: np.ndarray) -> None:
               "were calibrated on the training points only", file=sys.stderr)
 
 
-def _run_query_points(run) -> np.ndarray:
+def _saved_query_points(run) -> np.ndarray | None:
+    """The training query points the run directory keeps (None where it keeps none)."""
     path = run.path / "query_points.npy"
-    if not path.exists():
+    return np.load(path) if path.exists() else None
+
+
+def _run_query_points(run) -> np.ndarray:
+    y = _saved_query_points(run)
+    if y is None:
         raise UsageError("the input has no 'y' and the run stores no default query points")
-    return np.load(path)
+    return y
 
 
 def cmd_evaluate(args) -> None:
