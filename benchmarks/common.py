@@ -22,7 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import bdeeponet
 from bdeeponet import GaussianEnergy, OperatorData, TrainConfig
-from bdeeponet.train import setup
+from bdeeponet.train import rows, setup
 
 NOISE_STD = 0.01
 SEED = 0
@@ -71,7 +71,7 @@ class Chain:
     def step(self) -> dict:
         idx = self.batches[self.cursor % len(self.batches)]
         self.cursor += 1
-        return self.sampler.step(self.state, self.energy, (self.u[idx], self.s[idx]),
+        return self.sampler.step(self.state, self.energy, (rows(self.u, idx), rows(self.s, idx)),
                                  self.generator, index=idx)
 
 

@@ -13,7 +13,7 @@ import torch
 
 from bdeeponet import TrainConfig, checkpoint, generate, get_problem, train
 from bdeeponet.model import DeepONet
-from bdeeponet.train import TrainingDiverged, model_config
+from bdeeponet.train import TrainingDiverged, model_config, rows
 
 torch.set_num_threads(1)
 # Long enough that the run cannot finish in the moment between its first checkpoint and the kill.
@@ -241,3 +241,12 @@ def test_a_run_begun_before_the_coordinate_scaling_resumes_reading_them_as_they_
     resumed = train(shifted, conf, out=run, resume=True)
     assert resumed.posterior.config.y_shift == () and resumed.posterior.config.y_scale == ()
     assert train(shifted, conf).posterior.config.y_shift == (1000.0,)
+
+
+def test_rows_gathers_a_minibatch_as_indexing_does():
+    g = torch.Generator().manual_seed(0)
+    for shape in [(30,), (30, 7), (30, 4, 5)]:
+        x = torch.randn(shape, generator=g)
+        for idx in [torch.randperm(30, generator=g)[:8],  # one chain's batch
+                    torch.stack([torch.randperm(30, generator=g)[:8] for _ in range(3)])]:
+            assert torch.equal(rows(x, idx), x[idx])

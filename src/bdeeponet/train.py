@@ -385,6 +385,12 @@ def _errors(pred: np.ndarray, s_test) -> tuple[float, float]:
     return tuple(float(v) for v in np.mean([relative_errors(p, s_test) for p in pred], axis=0))
 
 
+def rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``x[idx]`` for an index of shape (b,) or (C, b): by ``index_select``, which on a CPU
+    gathers a minibatch of 100 rows of 7225 values 5 times faster than indexing does."""
+    return x.index_select(0, idx.reshape(-1)).view(*idx.shape, *x.shape[1:])
+
+
 def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfig,
                chains: int = 1, turns=None) -> dict:
     """One pass over the training functions; C chains each take their own random order
@@ -400,11 +406,10 @@ def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfi
     for start in range(0, n, config.batch_size):
         idx = order[..., start : start + config.batch_size]  # (b,) or (C, b)
         t0 = time.perf_counter()
-        if turns is None:
-            batch = u[idx], s[idx]
-        else:
+        batch = rows(u, idx), rows(s, idx)
+        if turns is not None:
             g = torch.randint(len(turns[0]), idx.shape, generator=gen, device=gen.device)
-            batch = u[idx].gather(-1, turns[0][g]), s[idx].gather(-1, turns[1][g])
+            batch = batch[0].gather(-1, turns[0][g]), batch[1].gather(-1, turns[1][g])
         info = sampler.step(loop.state, energy, batch, gen, index=idx)
         seconds += time.perf_counter() - t0
         energies.append(info["energy"])
