@@ -591,13 +591,16 @@ def cmd_predict(args) -> None:
 
 def _read_inputs(path: str, keys) -> dict[str, np.ndarray]:
     """The arrays ``keys`` of an ``.npz``, a MATLAB (v5, v7.3) or an HDF5 file (absent ones
-    left out); one error line for a file that cannot be read."""
+    left out), booleans as 0/1; one error line for a file that cannot be read."""
     from .data import read_npz
     from .importing import read_arrays
 
     if path.lower().endswith(".npz"):
-        return {k: v for k, v in read_npz(path).items() if k in keys}
-    return read_arrays(path, keys)
+        found = {k: v for k, v in read_npz(path).items() if k in keys}
+    else:
+        found = read_arrays(path, keys)
+    # a MATLAB logical (or numpy bool) field is 0/1, as `import` reads it for training
+    return {k: v.astype(np.float64) if v.dtype == bool else v for k, v in found.items()}
 
 
 def _warn_outside(run, y: np.ndarray) -> None:
