@@ -10,7 +10,7 @@ from scipy import stats
 from test_cli import assert_error, cli
 
 from bdeeponet import TrainConfig, generate, get_problem
-from bdeeponet.data import cyclic_shifts, square_symmetries
+from bdeeponet.data import OperatorData, cyclic_shifts, square_symmetries
 from bdeeponet.problems import Burgers, Darcy2D
 from bdeeponet.train import _Loop, _run_epoch, setup, symmetry_maps
 
@@ -133,6 +133,28 @@ def test_each_function_is_moved_by_a_uniform_random_element(darcy9, burgers16, s
             counts[g[0]] += 1
     assert counts.sum() == 20 * 40 * (chains or 1)
     assert stats.chisquare(counts).pvalue > 1e-4, counts
+
+
+def test_a_query_square_off_the_sensors_centre_is_refused():
+    """Query points on the lower-left quarter of the sensors' square were turned about the
+    quarter's centre, the inputs about the square's: the turned pairs were not the
+    operator's (targets off by the solution's size). A query square of the same centre is
+    turned as its inputs are."""
+    n = 17
+    sensors = grid(n)
+    a = np.exp(np.random.default_rng(0).standard_normal((6, n * n)))
+    s = Darcy2D.solve_grid(a.reshape(-1, n, n), 1.0).reshape(len(a), -1)
+    for lo, hi, refused in ((0.0, 0.5, True), (0.25, 0.75, False)):
+        window = np.flatnonzero(np.all((sensors >= lo - 1e-12) & (sensors <= hi + 1e-12), 1))
+        data = OperatorData(a[:4], s[:4, window], a[4:], s[4:, window], sensors[window],
+                            sensors=sensors, noise_std=0.01)
+        if refused:
+            with pytest.raises(ValueError, match="share their centre"):
+                symmetry_maps(TrainConfig(symmetry="square", branch="conv"), data)
+            continue
+        perm_u, perm_s = symmetry_maps(TrainConfig(symmetry="square", branch="conv"), data)
+        turned = Darcy2D.solve_grid(a[:, perm_u].reshape(-1, n, n), 1.0).reshape(6, 8, -1)
+        np.testing.assert_allclose(turned[..., window], s[:, window][:, perm_s], atol=1e-12)
 
 
 def test_what_cannot_be_turned_is_refused(darcy9, capsys, tmp_path):

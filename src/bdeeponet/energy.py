@@ -1,8 +1,8 @@
 """The energy of the Bayesian DeepONet and its minibatch estimator (paper Section 3.2).
 
-``U(θ) = |θ|²/(2 σ_p²) + Σ_i (G_θ(u_i)(y_i) − s̃_i)² / (2 σ²)`` and, on a minibatch of
-``n`` of the ``N`` training functions, the unbiased estimator
-``Û(θ) = |θ|²/(2 σ_p²) + (N/n) Σ_{f in batch} L_f(θ)`` with
+``U(θ) = Σ_t |θ_t|²/(2 σ_t²) + Σ_i (G_θ(u_i)(y_i) − s̃_i)² / (2 σ²)`` (σ_t the prior sd of
+tensor t) and, on a minibatch of ``n`` of the ``N`` training functions, the unbiased
+estimator ``Û(θ) = Σ_t |θ_t|²/(2 σ_t²) + (N/n) Σ_{f in batch} L_f(θ)`` with
 ``L_f = Σ_points (G_θ(u_f)(y) − s̃_f(y))² / (2 σ²)``. The data-size scaling ``N/n`` lives
 here and nowhere else. Because the data are aligned, a function (all its P targets) is the
 sampling unit, which is also what the swap-variance estimate needs.
@@ -30,7 +30,8 @@ class EnergyValue:
 
 
 class GaussianEnergy:
-    """Gaussian likelihood with known noise ``noise_std`` and an isotropic Gaussian prior.
+    """Gaussian likelihood with known noise ``noise_std`` and a Gaussian prior of sd
+    ``prior_std``: one number for every tensor, or one per tensor (the run's fan-in prior).
 
     ``energy(params, batch)`` with ``batch = (u (n, m), s (n, P))`` evaluates ``model`` at the
     shared query points ``y`` through ``torch.func.functional_call``; tensors in ``params``

@@ -114,6 +114,13 @@ def symmetry_maps(config: TrainConfig, data: OperatorData,
         raise ValueError(f"--symmetry {config.symmetry} needs the sensors and the query "
                          f"points on grids of one size ({len(maps[0])} and {len(maps[1])} "
                          "shifts)")
+    if config.symmetry == "square":  # each grid is turned about its own centre
+        centre = [(p.min(0) + p.max(0)) / 2 for p in (data.sensors, data.y)]
+        if not np.allclose(*centre, rtol=0, atol=1e-6 * np.ptp(data.sensors, axis=0).max()):
+            raise ValueError("--symmetry square needs the sensors' square and the query "
+                             "points' square to share their centre (" + " and ".join(
+                                 "(" + ", ".join(f"{c:g}" for c in x) + ")" for x in centre)
+                             + "): the square's rotations must move both the same way")
     return maps
 
 
