@@ -1038,6 +1038,39 @@ def test_sizes_beyond_memory_are_one_error_line(capsys, tmp_path):
     assert not run.exists()
 
 
+@pytest.mark.parametrize("sizes", [("--chains", "10000000"), ("--depth", "10000000")])
+def test_a_run_that_cannot_fit_is_refused_before_it_is_built(capsys, tmp_path, sizes):
+    """Ten million chains, or layers, spent minutes building before any allocation failed;
+    the particles alone need terabytes, so the run is refused at once, naming the sizes."""
+    run = tmp_path / "run"
+    assert_error(cli(capsys, "train", data_file_of(tmp_path), *sizes, "--out", run,
+                     "--epochs", "3"), "out of memory", "GiB", "parameters or more", sizes[0])
+    assert not run.exists()
+
+
+def test_the_memory_floor_passes_what_fits(tmp_path, monkeypatch):
+    """The floor counts each particle's parameters three times: an SGLD run of 2 chains of a
+    known size passes with that much free, and is refused with a byte less."""
+    import importlib
+
+    from bdeeponet.config import TrainConfig
+    from bdeeponet.data import load as load_data
+    from bdeeponet.train import RunTooLarge, check_memory, model_config
+
+    train_module = importlib.import_module("bdeeponet.train")  # (the package's `train` is the function)
+    data = load_data(data_file_of(tmp_path))
+    config = TrainConfig(method="sgld", chains=2, width=8, depth=2, trunk_harmonics=0)
+    mconf = model_config(config, data, None)
+    inner = 8 * 8 + 8 * mconf.latent
+    n_params = (data.u_train.shape[1] * 8 + inner) + (1 * 8 + inner)
+    floor = 4 * 2 * (3 * n_params + len(data.y) * 8 * 2 + 20 * len(data.y))
+    monkeypatch.setattr(train_module, "_free_memory", lambda device: floor)
+    check_memory(mconf, config, data, torch.device("cpu"))
+    monkeypatch.setattr(train_module, "_free_memory", lambda device: floor - 1)
+    with pytest.raises(RunTooLarge, match="2 chains x 1 level of"):
+        check_memory(mconf, config, data, torch.device("cpu"))
+
+
 def data_file_of(tmp_path):
     path = tmp_path / "small.npz"
     assert main(["generate", "antiderivative", "--noise", "0.01", "--n-train", "20", "--n-test",

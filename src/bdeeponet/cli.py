@@ -715,7 +715,7 @@ def _out_of_memory(exc: RuntimeError) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .train import TrainingDiverged
+    from .train import RunTooLarge, TrainingDiverged
 
     try:
         args = build_parser().parse_args(argv)
@@ -723,7 +723,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (bdeeponet problems | head -1): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except (UsageError, ValueError, TrainingDiverged, OSError) as exc:
+    except (UsageError, ValueError, TrainingDiverged, RunTooLarge, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (MemoryError, RuntimeError) as exc:  # sizes asked for beyond the machine

@@ -48,6 +48,50 @@ class TrainingDiverged(RuntimeError):
     """The energy became NaN or infinite."""
 
 
+class RunTooLarge(MemoryError):
+    """The run's particles and one step's activations cannot fit in the free memory."""
+
+
+def check_memory(mconf: ModelConfig, config: TrainConfig, data: OperatorData,
+                 device: torch.device) -> None:
+    """RunTooLarge where even a floor of what a step holds exceeds the device's free
+    memory: every particle (C chains x the ladder's levels) with its gradient and its
+    noise, and the trunk's activations and the outputs of one minibatch for each. The
+    true peak is higher (an allocation that fails later is reported as out of memory), so
+    this refuses only sizes that cannot fit, before minutes are spent building them."""
+    free = _free_memory(device)
+    if free is None:
+        return
+    levels = config.replicas if get_method(config.method).ladder else 1
+    particles = config.n_chains * levels
+    width, depth, P = mconf.width, mconf.depth, data.y.shape[0]
+    inner = (depth - 1) * width * width + width * mconf.latent  # an MLP's, beyond its input
+    n_params = ((0 if mconf.branch_grid else mconf.n_sensors * width + inner)
+                + (0 if mconf.fixed_trunk else mconf.trunk_in_features * width + inner))
+    batch = min(config.batch_size, data.n_train)
+    floor = 4 * particles * (3 * n_params + P * width * depth + batch * P)
+    if floor > free:
+        raise RunTooLarge(
+            f"out of memory: this run needs at least {floor / 2**30:.1f} GiB ({config.n_chains} "
+            f"chain{'s' if config.n_chains > 1 else ''} x "
+            f"{levels} level{'s' if levels > 1 else ''} of {n_params:,} parameters or more, and one step's "
+            "activations), "
+            f"and {device.type} has {free / 2**30:.1f} GiB free: ask for fewer --chains or "
+            "a smaller --width, --depth or --batch-size")
+
+
+def _free_memory(device: torch.device) -> int | None:
+    """Bytes free on ``device``: the GPU's, or the machine's MemAvailable (None elsewhere)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            kb = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    return 1024 * kb
+
+
 @dataclass
 class RunResult:
     posterior: Posterior | LinearPosterior
@@ -268,6 +312,7 @@ def setup(data: OperatorData, config: TrainConfig, noise_std: float | None,
     device = torch.device(device)
     encoder = None if branch_grid(config, data) else fit_pca(data.u_train, config.branch_pca)
     mconf = model_config(config, data, encoder)
+    check_memory(mconf, config, data, device)
     with torch.random.fork_rng():  # initial weights from the run's seed, global RNG untouched
         torch.manual_seed(config.seed)
         model = DeepONet(mconf).to(device)  # drawn on the CPU: the same weights on any device
