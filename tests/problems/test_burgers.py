@@ -105,3 +105,14 @@ def test_unresolved_viscosity_is_refused():
 def test_bad_parameters(params, word):
     with pytest.raises(ValueError, match=word):
         Burgers(**params)
+
+
+def test_a_zero_input_solves_to_zero_beside_others():
+    """u = 0 stays 0. Its energy share divided 0 by 0, which read as a blow-up and failed
+    every function solved in its chunk."""
+    problem = Burgers(n_points=128)
+    x = np.arange(128) / 128
+    u = np.stack([np.sin(2 * np.pi * x), np.zeros(128)])
+    s = problem.solve(u)
+    np.testing.assert_array_equal(s[1], 0)
+    np.testing.assert_allclose(s[0], problem.solve(u[:1])[0], atol=1e-15)

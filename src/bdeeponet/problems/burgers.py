@@ -144,10 +144,14 @@ class Burgers:
 
 def _top_share(v: np.ndarray, big_n: int) -> float:
     """The largest share of a function's energy held by the top half of the kept modes
-    (N/6 to N/3); NaN when a function blew up."""
+    (N/6 to N/3), 0 for a function of no energy (zero stays zero); NaN when a function blew
+    up."""
     power = np.abs(v) ** 2
-    share = power[:, big_n // 6: big_n // 3].sum(axis=1) / power.sum(axis=1)
-    return float(np.max(share)) if np.all(np.isfinite(share)) else float("nan")
+    total = power.sum(axis=1)
+    if not np.all(np.isfinite(total)):
+        return float("nan")
+    top = power[:, big_n // 6: big_n // 3].sum(axis=1)
+    return float(np.max(np.divide(top, total, out=np.zeros_like(top), where=total > 0)))
 
 
 def _etdrk4_coefficients(lin: np.ndarray, h: float, contour: int = 32):

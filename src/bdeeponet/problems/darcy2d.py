@@ -100,7 +100,11 @@ class Darcy2D:
         if a.ndim != 2 or a.shape[1] != self.n_points**2:
             raise ValueError(f"darcy2d inputs must have shape (n, {self.n_points ** 2}), got {a.shape}")
         if self.refine != 1:
-            raise ValueError("darcy2d solves given inputs on their own grid: use --param refine=1")
+            raise ValueError("darcy2d solves given inputs only on their own grid, --param "
+                             "refine=1 (a two-valued field cannot be refined from its "
+                             "samples); data made at refine > 1 (the default is 2) cannot "
+                             "take solved inputs: for the acquire loop, generate the data "
+                             "with --param refine=1 too")
         if not (np.all(np.isfinite(a)) and np.all(a > 0)):
             raise ValueError("darcy2d permeabilities must be finite and > 0")
         a = a.reshape(-1, self.n_points, self.n_points)
