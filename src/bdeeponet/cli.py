@@ -295,7 +295,7 @@ def cmd_generate(args) -> None:
         return _generate_from_inputs(problem, args)
     args.n_train = 1000 if args.n_train is None else args.n_train
     args.n_test = 100 if args.n_test is None else args.n_test
-    if args.out.endswith((".mat", ".h5", ".hdf5")):
+    if args.out.lower().endswith((".mat", ".h5", ".hdf5")):  # as `import` reads them
         return _generate_published(problem, args)
     if not args.out.endswith(".npz"):
         raise UsageError(f"--out must end in .npz (or .mat / .h5 for a published layout), got "
@@ -396,7 +396,7 @@ def _generate_published(problem, args) -> None:
     if args.noise is not None or args.relative_noise:
         raise UsageError("the published layout holds clean data: add noise when reading it, "
                          "with 'bdeeponet import ... --noise SD'")
-    if args.mat73 and not args.out.endswith(".mat"):
+    if args.mat73 and not args.out.lower().endswith(".mat"):
         raise UsageError("--mat73 needs --out F.mat")
     n = args.n_train + args.n_test
     if min(args.n_train, args.n_test) < 1:
