@@ -761,6 +761,7 @@ def test_predict_flags_novel_inputs_and_warns(capsys, tmp_path, runs, u_file):
     assert rc == 0 and "too few to flag inputs at a 0.05 false-alarm rate" in err
     with np.load(pred) as z:
         assert not z["novel"].any() and json.loads(str(z["meta"]))["false_alarm"] == 0.05
+        assert np.isnan(z["novelty"]).all()  # not scored
     rc, out, err = cli(capsys, "predict", run, u_file(new_inputs(4)), "--out", pred,
                        "--false-alarm", "0.5")
     assert rc == 0 and "4 of 4 inputs (100%) are unlike the training inputs" in err

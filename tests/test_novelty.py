@@ -46,14 +46,22 @@ def test_shifted_inputs_are_flagged(model, shift):
     assert np.median(novelty) > np.median(model.score(grf(300, 4))[0])
 
 
-def test_too_few_held_out_functions_flag_nothing():
-    """With 10 held-out functions no threshold holds a 5% rate: none is flagged."""
+def test_too_few_held_out_functions_flag_nothing_and_score_nan():
+    """With 10 held-out functions no threshold holds a 5% rate: none is flagged, and the
+    score is NaN (not scored), not 0 (it read as perfectly typical)."""
     small = fit_novelty(grf(50, 5), grf(10, 6))
-    assert np.isinf(small.threshold(0.05)) and not small.score(grf(20, 7, 0.05))[1].any()
-    assert np.isfinite(small.threshold(0.2))
+    novelty, novel = small.score(grf(20, 7, 0.05))
+    assert np.isinf(small.threshold(0.05)) and not novel.any() and np.isnan(novelty).all()
+    assert np.isfinite(small.threshold(0.2)) and np.isfinite(small.score(grf(2, 7), 0.2)[0]).all()
 
 
-@pytest.mark.parametrize("rate", [0.0, 1.0, -0.1, 2, float("nan"), True])
+def test_a_rate_of_numpy_type_is_a_rate(model):
+    for rate in (np.float32(0.05), np.float64(0.05), np.array(0.05)):
+        assert np.array_equal(model.score(grf(3, 8), rate)[1], model.score(grf(3, 8), 0.05)[1])
+
+
+@pytest.mark.parametrize("rate", [0.0, 1.0, -0.1, 2, float("nan"), True, "0.05",
+                                  np.array([0.05])])
 def test_bad_rates(model, rate):
     with pytest.raises(ValueError, match="false-alarm rate must be in"):
         model.score(grf(2, 8), rate)

@@ -581,7 +581,7 @@ def cmd_predict(args) -> None:
     elif math.isinf(novelty.threshold(args.false_alarm)):
         print(f"warning: the run's {novelty.held_out.size} held-out functions are too few to "
               f"flag inputs at a {args.false_alarm:g} false-alarm rate (it needs at least "
-              f"{math.ceil(1 / args.false_alarm) - 1}); none is flagged", file=sys.stderr)
+              f"{math.ceil(1 / args.false_alarm) - 1}); novelty is not scored (NaN)", file=sys.stderr)
     elif out["novel"].any():
         print(f"warning: {int(out['novel'].sum())} of {len(u)} inputs "
               f"({100 * out['novel'].mean():.0f}%) are unlike the training inputs (flagged at a "

@@ -31,9 +31,10 @@ _RELATIVE_FLOOR = 1e-12  # a component (and the residual's variance) counts abov
 
 
 def check_false_alarm(rate) -> float:
-    if not (isinstance(rate, int | float) and not isinstance(rate, bool) and 0 < rate < 1):
+    a = np.asarray(rate) if not isinstance(rate, str) else None
+    if a is None or a.ndim != 0 or a.dtype.kind not in "fiu" or not 0 < float(a) < 1:
         raise ValueError(f"the false-alarm rate must be in (0, 1), got {rate!r}")
-    return float(rate)
+    return float(a)
 
 
 @dataclass
@@ -61,8 +62,11 @@ class Novelty:
         return float(self.held_out[k - 1]) if k <= n else math.inf
 
     def score(self, u, rate: float = DEFAULT_FALSE_ALARM) -> tuple[np.ndarray, np.ndarray]:
-        """``(novelty, novel)``, each (n,): d² over the threshold at ``rate``, and > 1."""
-        novelty = self.distance(u) / self.threshold(rate)
+        """``(novelty, novel)``, each (n,): d² over the threshold at ``rate``, and > 1; NaN
+        and False where too few functions were held out to set a threshold at ``rate``."""
+        threshold = self.threshold(rate)
+        novelty = self.distance(u) / threshold if math.isfinite(threshold) else np.full(
+            len(u), np.nan)
         return novelty, novelty > 1
 
     def state_dict(self) -> dict:

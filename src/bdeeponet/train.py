@@ -596,9 +596,10 @@ def _test_metrics(post, data: OperatorData, config: TrainConfig, held_out) -> di
     metrics["n_samples"] = post.n_samples
     metrics["noise_std"] = post.noise_std
     if post.novelty is not None:  # the test functions are drawn like the training ones
-        flagged = post.novelty.score(data.u_test, DEFAULT_FALSE_ALARM)[1]
-        metrics["novelty"] = {"false_alarm": DEFAULT_FALSE_ALARM,
-                              "test_flagged": float(flagged.mean())}
+        novelty, flagged = post.novelty.score(data.u_test, DEFAULT_FALSE_ALARM)
+        metrics["novelty"] = {"false_alarm": DEFAULT_FALSE_ALARM,  # None: too few held out
+                              "test_flagged": None if np.isnan(novelty).all() else
+                              float(flagged.mean())}
     return metrics
 
 
