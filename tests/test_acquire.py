@@ -197,7 +197,10 @@ def test_solved_inputs_are_written_as_generate_writes_data(tmp_path):
     data = tmp_path / "d.npz"
     assert main(["generate", "advection_diffusion", "--noise", "0.01", "--n-train", "8",
                  "--n-test", "2", "--out", str(data)]) == 0
-    made = load(data)
+    other = tmp_path / "other.npz"  # inputs the data do not hold, with their solutions
+    assert main(["generate", "advection_diffusion", "--noise", "0.01", "--n-train", "8",
+                 "--n-test", "2", "--seed", "1", "--out", str(other)]) == 0
+    made = load(other)
     first, second = tmp_path / "a.npz", tmp_path / "b.npz"
     np.savez(first, u=made.u_train[:3])
     np.savez(second, u=made.u_test)
@@ -250,3 +253,65 @@ def test_inputs_the_solver_cannot_solve_are_one_error_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: darcy's solver gave NaN or inf"), err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("criterion, noisy", [("reduction", False), ("variance", False),
+                                              ("reduction", True)])
+def test_copies_are_picked_once_and_blocked_rows_never(criterion, noisy):
+    """Four exact copies of the most uncertain candidate: one is picked. Under observation
+    noise a pick kept part of its variance and its copies were picked too (4 of the 5). Rows
+    blocked (inputs already simulated) are never picked, nor their copies."""
+    rng = np.random.default_rng(7)
+    base = rng.standard_normal((30, 5)) @ rng.standard_normal((5, 20))
+    top = int(np.argmax(np.einsum("ij,ij->i", base, base)))
+    features = np.vstack([base, np.repeat(base[top:top + 1], 4, axis=0)])
+    copies = np.concatenate([np.arange(30), [top] * 4])
+    noise = np.full(34, 50.0) if noisy else None
+    picks, _ = greedy_picks(features, 12, criterion, noise=noise, copies=copies)
+    assert len(picks) == 12 and np.sum(copies[picks] == top) == 1, picks
+    blocked = np.zeros(34, bool)
+    blocked[top] = blocked[:3] = True
+    blocked[30:] = True  # acquire blocks every copy of an input already simulated
+    picks, _ = greedy_picks(features, 20, criterion, noise=noise, copies=copies, blocked=blocked)
+    assert len(picks) == 20 and not blocked[picks].any() and len(set(copies[picks])) == 20
+    assert len(greedy_picks(features, 40, criterion, noise=noise, copies=copies,
+                            blocked=blocked)[0]) == 30 - 4  # all the free distinct rows
+
+
+def test_a_merge_that_would_spoil_its_file_is_refused(tmp_path, capsys):
+    """Inputs the file already holds (a second round from the same pool re-picked ~40% of
+    them), a --noise other than the file's (it was recorded for all its rows), a file that
+    records no problem (an imported one took another operator's solutions): each one line,
+    exit 2, nothing written. Two merges in turn keep both records."""
+    from bdeeponet.cli import main
+    from bdeeponet.data import OperatorData, load
+
+    data, other = tmp_path / "d.npz", tmp_path / "o.npz"
+    for path, seed in ((data, "0"), (other, "1")):
+        assert main(["generate", "advection_diffusion", "--noise", "0.01", "--n-train", "8",
+                     "--n-test", "2", "--seed", seed, "--out", str(path)]) == 0
+    made, fresh = load(data), load(other)
+    plain = tmp_path / "plain.npz"
+    OperatorData(made.u_train, made.s_train, made.u_test, made.s_test, made.y,
+                 noise_std=0.01).save(plain)
+    np.savez(tmp_path / "again.npz", u=np.vstack([fresh.u_train[:2], made.u_test[:1]]))
+    np.savez(tmp_path / "new.npz", u=fresh.u_train[:2])
+    np.savez(tmp_path / "new2.npz", u=fresh.u_train[2:4])
+    out = tmp_path / "m.npz"
+    capsys.readouterr()
+    for inputs, into, extra, words in (
+            ("again.npz", data, [], ["1 of the 3 inputs", "already in", "--exclude"]),
+            ("new.npz", data, ["--noise", "0.05"], ["--noise 0.05", "0.01"]),
+            ("new.npz", plain, [], ["records no problem"])):
+        assert main(["generate", "advection_diffusion", "--inputs", str(tmp_path / inputs),
+                     "--merge-into", str(into), *extra, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and all(w in err[0] for w in words) and not out.exists(), err
+    assert main(["generate", "advection_diffusion", "--inputs", str(tmp_path / "new.npz"),
+                 "--merge-into", str(data), "--noise", "0.01", "--out", str(out)]) == 0
+    out2 = tmp_path / "m2.npz"
+    assert main(["generate", "advection_diffusion", "--inputs", str(tmp_path / "new2.npz"),
+                 "--merge-into", str(out), "--out", str(out2)]) == 0
+    merged = load(out2).meta["merged"]
+    assert [m["solved_inputs"] for m in merged] == [str(tmp_path / f) for f in ("new.npz",
+                                                                               "new2.npz")]

@@ -1091,3 +1091,26 @@ def test_a_reader_that_goes_away_is_not_an_error():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert proc.stderr.strip() == "rc=1", proc.stderr
+
+
+def test_acquire_never_picks_what_the_data_hold(capsys, tmp_path, runs, data_file):
+    """A pool holding the data's own inputs beside new ones: with --exclude DATA none of the
+    data's is picked (without it the loop re-picked functions it had merged); --out must be
+    an .npz; asking for more than the free inputs is one error line."""
+    data = np.load(data_file)
+    new = np.random.default_rng(3).standard_normal((6, M))
+    pool = tmp_path / "pool.npz"
+    np.savez(pool, u=np.vstack([data["u_train"], new, data["u_test"]]))
+    picked = tmp_path / "picked.npz"
+    rc, _, err = cli(capsys, "acquire", runs("sgld"), pool, "--n", "6", "--exclude",
+                     data_file, "--out", picked)
+    assert rc == 0, err
+    with np.load(picked) as z:
+        n_train = len(data["u_train"])
+        assert sorted(z["index"]) == list(range(n_train, n_train + 6))
+        assert json.loads(str(z["meta"]))["exclude"] == str(data_file)
+    assert_error(cli(capsys, "acquire", runs("sgld"), pool, "--n", "7", "--exclude", data_file,
+                     "--out", picked), "--n", "[1, 6]", "excluded")
+    assert_error(cli(capsys, "acquire", runs("sgld"), pool, "--n", "2", "--out",
+                     tmp_path / "picked.txt"), "--out must end in .npz")
+    assert not (tmp_path / "picked.txt").exists()

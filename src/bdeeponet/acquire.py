@@ -40,7 +40,7 @@ ERRORS = ("relative", "absolute")
 
 
 def acquire(run: Run, u_pool, k: int, y=None, criterion: str = CRITERIA[0],
-            error: str = ERRORS[0]) -> tuple[np.ndarray, np.ndarray]:
+            error: str = ERRORS[0], exclude=None) -> tuple[np.ndarray, np.ndarray]:
     """``(indices (k,), scores (k,))``: the k picks of ``u_pool`` (n, m) in the order they
     were taken and each one's score when taken (summed over the points scored): the pool's
     variance it removed (``criterion="reduction"``, or ``"noisy"``, observed through the
@@ -48,11 +48,19 @@ def acquire(run: Run, u_pool, k: int, y=None, criterion: str = CRITERIA[0],
     each candidate's draws divided by the norm of its predicted mean
     (:func:`solution_norms`), so that variance is measured against
     the solution's size, as e2 measures error; ``"absolute"``: as they are. ``y``: the
-    query points (default: the run's training ones)."""
+    query points (default: the run's training ones). ``exclude`` (e, m): inputs already
+    simulated (a data file's training inputs): pool rows equal to one are never picked.
+    Exact copies within the pool are picked once at most."""
     run = as_run(run)
     u = input_array("the pool's 'u'", u_pool, run.n_sensors, "n", "the run's sensor count")
-    if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= len(u):
-        raise ValueError(f"--n must be an integer in [1, {len(u)}] (the pool's size), got {k}")
+    _, copies = np.unique(u, axis=0, return_inverse=True)
+    done = set() if exclude is None else {r.tobytes() for r in np.ascontiguousarray(
+        exclude, dtype=np.float64)}
+    blocked = np.array([r.tobytes() in done for r in u], dtype=bool)
+    free = len(np.unique(copies.ravel()[~blocked]))
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= free:
+        raise ValueError(f"--n must be an integer in [1, {free}] (the pool's distinct inputs"
+                         + (", less those excluded" if blocked.any() else "") + f"), got {k}")
     if criterion not in CRITERIA:
         raise ValueError(f"--criterion must be one of {', '.join(CRITERIA)}, got '{criterion}'")
     if error not in ERRORS:
@@ -61,11 +69,13 @@ def acquire(run: Run, u_pool, k: int, y=None, criterion: str = CRITERIA[0],
     scale = solution_norms(mean) if error == "relative" else np.ones(len(u))
     noise = (run.posterior.noise_std / scale) ** 2 if criterion == "noisy" else None
     return greedy_picks(features / scale[:, None], int(k),
-                        "variance" if criterion == "variance" else "reduction", noise=noise)
+                        "variance" if criterion == "variance" else "reduction", noise=noise,
+                        blocked=blocked, copies=copies.ravel())
 
 
 def greedy_picks(features: np.ndarray, k: int, criterion: str = CRITERIA[0],
-                 block: int = 1024, noise: np.ndarray | None = None
+                 block: int = 1024, noise: np.ndarray | None = None,
+                 blocked: np.ndarray | None = None, copies: np.ndarray | None = None
                  ) -> tuple[np.ndarray, np.ndarray]:
     """k greedy picks from the rows of ``features`` (n, D), ``K = features features^T``
     never formed: each pick i conditions K on itself, ``K <- K - K_:i K_i: / K_ii`` (a
@@ -75,9 +85,13 @@ def greedy_picks(features: np.ndarray, k: int, criterion: str = CRITERIA[0],
     value's digits), ``"variance"`` the largest ``K_ii``. Scores: that value when picked.
     Once the rows' span is exhausted, the rest go by their own variance, score 0. ``noise``
     (n,): each candidate's observation noise variance s_i², added to K_ii wherever a pick
-    is scored (``reduction``) and conditioned on (both criteria)."""
+    is scored (``reduction``) and conditioned on (both criteria). ``blocked`` (n,): rows
+    never picked; ``copies`` (n,): a label per row, equal for the same input, so that a
+    pick takes its copies out too (under ``noise`` a copy keeps part of its variance)."""
     n = features.shape[0]
-    k = min(k, n)
+    out = np.zeros(n, dtype=bool) if blocked is None else np.asarray(blocked, dtype=bool).copy()
+    copies = np.arange(n) if copies is None else np.asarray(copies)
+    k = min(k, len(np.unique(copies[~out])))
     reduction = criterion == "reduction"
     noise = np.zeros(n) if noise is None else np.asarray(noise, dtype=np.float64)
     marginal = np.einsum("ij,ij->i", features, features)
@@ -88,8 +102,7 @@ def greedy_picks(features: np.ndarray, k: int, criterion: str = CRITERIA[0],
         g = fresh = _diag_square(features, factors[:0], block)
     picks, scores = [], []
     for t in range(k):
-        alive = left > tol
-        alive[picks] = False
+        alive = (left > tol) & ~out
         if not alive.any():
             break  # the draws explain nothing more
         observed = np.where(alive, left + noise, 1.0)  # K_ii + s_i²
@@ -101,6 +114,7 @@ def greedy_picks(features: np.ndarray, k: int, criterion: str = CRITERIA[0],
             i = int(np.argmax(score))
         picks.append(i)
         scores.append(float(score[i]))
+        out |= copies == copies[i]
         f = (features @ features[i] - factors[:t].T @ factors[:t, i]) / np.sqrt(observed[i])
         if reduction:  # diag((K - f f^T)^2) from diag(K^2), K f and f
             kf = features @ (features.T @ f) - factors[:t].T @ (factors[:t] @ f)
@@ -110,9 +124,12 @@ def greedy_picks(features: np.ndarray, k: int, criterion: str = CRITERIA[0],
     if len(picks) < k:
         # M posterior draws span a space of limited rank: once the picks exhaust it, the
         # remaining variance is zero for every candidate and says nothing
-        taken = set(picks)
-        rest = [j for j in np.argsort(-marginal, kind="stable") if j not in taken]
-        picks += rest[: k - len(picks)]
+        for j in np.argsort(-marginal, kind="stable"):
+            if len(picks) == k:
+                break
+            if not out[j]:
+                picks.append(int(j))
+                out |= copies == copies[j]
         scores += [0.0] * (k - len(scores))
     return np.array(picks), np.array(scores)
 

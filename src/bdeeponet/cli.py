@@ -266,6 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="relative (default): each candidate's variance over its predicted "
                    "solution's squared norm, as the relative error e2 weighs it; absolute: "
                    "the variance as it is")
+    p.add_argument("--exclude", metavar="DATA.npz",
+                   help="a data file whose inputs (training and test) are never picked: "
+                   "the file the picks will be merged into")
     p.add_argument("--out", required=True, help="output .npz: u, index (into the pool), score")
     sub.add_parser("problems", help="list the problems: equation, parameters and defaults")
     return parser
@@ -336,6 +339,8 @@ def _generate_from_inputs(problem, args) -> None:
     if base is not None and (u.ndim != 2 or u.shape[1] != base.n_sensors):
         raise UsageError(f"{args.inputs}: 'u' has shape {u.shape}; {args.merge_into} has "
                          f"{base.n_sensors} sensors")
+    if base is not None:
+        _check_merge(base, u, args)
     s = solve_inputs(problem, u)
     sd = args.noise if args.noise is not None else (base.noise_std if base is not None else None)
     if sd is None or not (np.isfinite(sd) and sd > 0):
@@ -356,12 +361,31 @@ def _generate_from_inputs(problem, args) -> None:
             raise UsageError(f"{args.merge_into} was not made by {problem.name} with these "
                              f"parameters: its query points differ")
         clean = None if base.s_train_clean is None else np.vstack([base.s_train_clean, s])
+        merged = base.meta.get("merged", [])  # each merge's record, oldest first
+        merged = (merged if isinstance(merged, list) else [merged]) + [meta]
         data = OperatorData(np.vstack([base.u_train, u]), np.vstack([base.s_train, noisy]),
                             base.u_test, base.s_test, base.y, base.sensors, clean, float(sd),
-                            {**base.meta, "merged": meta})
+                            {**base.meta, "merged": merged})
     data.save(args.out)
     print(f"wrote {args.out}: {data.n_train} train ({len(u)} solved from {args.inputs}) / "
           f"{data.u_test.shape[0]} test functions, noise sd {sd:g}")
+
+
+def _check_merge(base, u: np.ndarray, args) -> None:
+    """Refuse a merge that would give DATA's rows a noise sd they were not drawn with, or add
+    inputs it already holds (a second copy of a function the simulator solves alike)."""
+    if args.noise is not None and base.noise_std is not None and not np.isclose(
+            args.noise, base.noise_std, rtol=1e-6, atol=0):
+        raise UsageError(f"--noise {args.noise:g} differs from the noise sd {base.noise_std:g} "
+                         f"that {args.merge_into} records: a merged file records one, for all "
+                         "its rows (leave --noise out to use its own)")
+    held = {r.tobytes() for r in np.vstack([base.u_train, base.u_test]).astype(np.float64)}
+    again = [i for i, r in enumerate(np.ascontiguousarray(u)) if r.tobytes() in held]
+    if again:
+        raise UsageError(f"{len(again)} of the {len(u)} inputs of {args.inputs} are already in "
+                         f"{args.merge_into} (rows {', '.join(map(str, again[:5]))}"
+                         f"{', ...' if len(again) > 5 else ''}): pick with `bdeeponet acquire "
+                         f"... --exclude {args.merge_into}`")
 
 
 def _check_same_problem(meta: dict, problem, path: str) -> None:
@@ -370,7 +394,11 @@ def _check_same_problem(meta: dict, problem, path: str) -> None:
     from .data import problem_meta
 
     made = problem_meta(problem)
-    if meta.get("problem", problem.name) != problem.name:
+    if "problem" not in meta:
+        raise UsageError(f"{path} records no problem (made by `bdeeponet import`, or by hand): "
+                         f"nothing says its functions are {problem.name}'s; solve the inputs "
+                         "with your simulator and append them yourself")
+    if meta["problem"] != problem.name:
         raise UsageError(f"{path} holds the problem '{meta['problem']}', not '{problem.name}': "
                          f"its functions and these would be two operators")
     theirs = meta.get("parameters")
@@ -683,15 +711,23 @@ def cmd_acquire(args) -> None:
     from .io import atomic_write
     from .run import load_run
 
+    if not args.out.endswith(".npz"):
+        raise UsageError(f"--out must end in .npz, got '{args.out}'")
     run = load_run(args.run)
     arrays = _read_inputs(args.pool, ("u",))
     if "u" not in arrays:
         raise UsageError(f"{args.pool}: missing key 'u' (candidate inputs, shape (n, m))")
     u = arrays["u"]
+    exclude = None
+    if args.exclude:
+        from .data import load
+
+        done = load(args.exclude)
+        exclude = np.vstack([done.u_train, done.u_test])
     criterion, error = args.criterion or CRITERIA[0], args.error or ERRORS[0]
-    picks, scores = acquire(run, u, args.n, criterion=criterion, error=error)
+    picks, scores = acquire(run, u, args.n, criterion=criterion, error=error, exclude=exclude)
     meta = json.dumps({"pool": args.pool, "run": args.run, "n": args.n,
-                       "criterion": criterion, "error": error})
+                       "criterion": criterion, "error": error, "exclude": args.exclude})
     atomic_write(args.out, lambda fh: np.savez(fh, u=np.asarray(u)[picks], index=picks,
                                                score=scores, meta=np.asarray(meta)))
     kind = "relative " if error == "relative" else ""
