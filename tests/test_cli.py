@@ -474,7 +474,8 @@ def test_predict_reads_a_boolean_field_as_0_and_1(capsys, tmp_path, runs):
         assert cli(capsys, "predict", runs("sgld"), tmp_path / f"{name}.npz", "--out",
                    tmp_path / f"{name}-pred.npz")[0] == 0
         preds.append(np.load(tmp_path / f"{name}-pred.npz"))
-    assert all(np.array_equal(preds[0][k], preds[1][k]) for k in preds[1].files)
+    for k in preds[1].files:  # (novelty is NaN: the tiny run holds too few functions out)
+        np.testing.assert_array_equal(preds[0][k], preds[1][k])
 
 
 def test_predict_input_that_is_not_npz(capsys, tmp_path, runs):

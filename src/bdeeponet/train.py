@@ -56,7 +56,7 @@ def check_memory(mconf: ModelConfig, config: TrainConfig, data: OperatorData,
                  device: torch.device) -> None:
     """RunTooLarge where even a floor of what a step holds exceeds the device's free
     memory: every particle (C chains x the ladder's levels) with its gradient and its
-    noise, and the trunk's activations and the outputs of one minibatch for each. The
+    noise, and a learnt trunk's activations and the outputs of one minibatch for each. The
     true peak is higher (an allocation that fails later is reported as out of memory), so
     this refuses only sizes that cannot fit, before minutes are spent building them."""
     free = _free_memory(device)
@@ -69,15 +69,15 @@ def check_memory(mconf: ModelConfig, config: TrainConfig, data: OperatorData,
     n_params = ((0 if mconf.branch_grid else mconf.n_sensors * width + inner)
                 + (0 if mconf.fixed_trunk else mconf.trunk_in_features * width + inner))
     batch = min(config.batch_size, data.n_train)
-    floor = 4 * particles * (3 * n_params + P * width * depth + batch * P)
+    activations = (0 if mconf.fixed_trunk else P) * width * depth + batch * P
+    floor = 4 * particles * (3 * n_params + activations)
     if floor > free:
         raise RunTooLarge(
-            f"out of memory: this run needs at least {floor / 2**30:.1f} GiB ({config.n_chains} "
-            f"chain{'s' if config.n_chains > 1 else ''} x "
-            f"{levels} level{'s' if levels > 1 else ''} of {n_params:,} parameters or more, and one step's "
-            "activations), "
-            f"and {device.type} has {free / 2**30:.1f} GiB free: ask for fewer --chains or "
-            "a smaller --width, --depth or --batch-size")
+            f"out of memory: this run needs at least {floor / 2**30:.1f} GiB "
+            f"({config.n_chains} chain{'s' if config.n_chains > 1 else ''} x {levels} "
+            f"level{'s' if levels > 1 else ''} of {n_params:,} parameters or more, and one "
+            f"step's activations), and {device.type} has {free / 2**30:.1f} GiB free: ask for "
+            "fewer --chains or a smaller --width, --depth or --batch-size")
 
 
 def _free_memory(device: torch.device) -> int | None:
