@@ -81,9 +81,11 @@ def check_memory(mconf: ModelConfig, config: TrainConfig, data: OperatorData,
 
 
 def _free_memory(device: torch.device) -> int | None:
-    """Bytes free on ``device``: the GPU's, or the machine's MemAvailable (None elsewhere)."""
+    """Bytes free on ``device``: the GPU's (with what torch's allocator holds unused), or the
+    machine's MemAvailable (None elsewhere)."""
     if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return torch.cuda.mem_get_info(device)[0] + cached
     try:
         with open("/proc/meminfo") as f:
             kb = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
