@@ -156,7 +156,7 @@ def test_missing_required_argument(capsys, tmp_path, argv, word):
         (["--noise", "0.1", "--param", "=3"], ["NAME=VALUE", "'=3'"]),
         (["--noise", "0.1", "--param", "n_points=ten"], ["n_points", "integer"]),
         (["--noise", "0.1", "--n-train", "0"], ["n_train", ">= 1"]),
-        (["--noise", "0.1", "--m", "1"], ["m must be >= 2"]),
+        (["--noise", "0.1", "--m", "1"], ["m must be an integer >= 2"]),
         (["--noise", "0.1", "--length-scale", "0"], ["length_scale"]),
     ],
     ids=["noise-0", "noise-neg", "noise-nan", "noise-text", "unknown-param", "param-no-eq",

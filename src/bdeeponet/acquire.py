@@ -32,7 +32,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .run import Run, as_run, input_array
+from .data import input_array
+from .run import Run, as_run
 
 MAX_POINTS = 256
 CRITERIA = ("reduction", "variance", "noisy")  # the first is the default

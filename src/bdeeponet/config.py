@@ -110,6 +110,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.replicas < 2:
             raise ValueError(f"replicas must be >= 2, got {self.replicas}")
+        if not 0 <= self.seed < 2**63 - 1:  # numpy's seeds are >= 0, torch's 64-bit (seed + 1)
+            raise ValueError(f"seed must be in [0, 2**63 - 1), got {self.seed}")
         if self.replicas > 2 and not kind.ladder:
             raise ValueError("replicas > 2 needs --method resgld or mresgld")
         if self.ladder_adapt is not None and self.ladder_adapt < 0:

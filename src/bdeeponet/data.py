@@ -157,11 +157,40 @@ def cyclic_shifts(points: np.ndarray | None, period: float | None) -> np.ndarray
     return (np.arange(n)[None] + np.arange(n)[:, None]) % n
 
 
+def input_array(name: str, a, width: int, rows: str, what: str) -> np.ndarray:
+    """``a`` as a float64 array (k, width) of at least one row, of real numbers the network's
+    float32 arithmetic holds; ValueError naming ``name`` otherwise (strings, booleans and
+    complex numbers are not taken as numbers)."""
+    if hasattr(a, "detach"):  # a torch tensor, on any device, grad or not
+        a = a.detach().cpu()
+    try:
+        kind = np.asarray(a).dtype
+    except (TypeError, ValueError, RuntimeError):  # ragged lists
+        kind = None
+    if kind is None or kind.kind not in "fiu":
+        raise ValueError(f"{name} must hold real numbers, got dtype {kind}")
+    a = np.ascontiguousarray(a, dtype=np.float64)  # (torch takes no negative strides)
+    if a.ndim != 2 or a.shape[1] != width:
+        raise ValueError(f"{name} must have shape ({rows}, {width}) ({what}), got {a.shape}")
+    if len(a) == 0:
+        raise ValueError(f"{name} holds no rows")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} contains NaN or inf")
+    if np.abs(a).max() > _FLOAT32_MAX:
+        raise ValueError(f"{name} holds values beyond float32's range (|x| > 3.4e38)")
+    return a
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 _REQUIRED = {"u_train": 2, "s_train": 2, "u_test": 2, "s_test": 2, "y": 2}
 _OPTIONAL = {"sensors": 2, "s_train_clean": 2}
 
 
 def _check_array(key: str, a, ndim: int) -> np.ndarray:
+    if hasattr(a, "detach"):  # a torch tensor, on any device, grad or not
+        a = a.detach().cpu()
     a = np.asarray(a)
     if a.dtype.kind not in "fiu":
         raise DataError(f"'{key}' must hold numbers, got dtype {a.dtype}")
@@ -214,6 +243,17 @@ def validate(d: OperatorData) -> None:
                             f"got {sd:g}")
         object.__setattr__(d, "noise_std", sd)
     _check_periodic(d.meta, d.y.shape[1])
+    try:  # what save() writes: numpy numbers as the plain ones they are
+        object.__setattr__(d, "meta", json.loads(json.dumps(d.meta, default=_plain)))
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"'meta' must be JSON-serialisable: {exc}") from None
+
+
+def _plain(x):
+    """A numpy number or array in ``meta`` as the Python number or list it holds."""
+    if isinstance(x, np.generic | np.ndarray):
+        return x.tolist()
+    raise TypeError(f"Object of type {type(x).__name__} is not JSON serializable")
 
 
 def _check_periodic(meta, dim_y: int) -> None:
@@ -342,11 +382,18 @@ def generate(
     its sensors. A problem with a ``draw(n, rng)`` method (the field benchmarks ``burgers``
     and ``darcy2d``) draws its own inputs on its own grid, set by its parameters.
     """
-    if not (np.isfinite(noise_std) and noise_std > 0):  # also refuses NaN and inf
-        raise ValueError(f"noise must be a finite number > 0, got {noise_std}")
+    if isinstance(problem, str) or not hasattr(problem, "query_points"):
+        raise TypeError(f"problem must be a problem object (bdeeponet.get_problem(name)), got "
+                        f"{problem!r}")
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator (np.random.default_rng(seed)), got "
+                        f"{type(rng).__name__}")
+    if not (isinstance(noise_std, numbers.Real) and not isinstance(noise_std, bool)
+            and np.isfinite(noise_std) and noise_std > 0):  # also refuses NaN and inf
+        raise ValueError(f"noise must be a finite number > 0, got {noise_std!r}")
     for name, v, lo in (("n_train", n_train, 1), ("n_test", n_test, 1), ("m", 100 if m is None else m, 2)):
-        if v < lo:
-            raise ValueError(f"{name} must be >= {lo}, got {v}")
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
+            raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
     u, s, sensors = draw_inputs(problem, n_train + n_test, rng, m, length_scale)
     factor = noise_std
     if relative:

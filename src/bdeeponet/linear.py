@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from scipy.linalg import cho_factor, cho_solve
 
+from .data import input_array
 from .novelty import Novelty
 
 
@@ -47,13 +48,15 @@ class LinearPosterior:
         return self.y.shape[1]
 
     def predict(self, u, y, z: float = 2.0, seed: int = 0) -> dict[str, torch.Tensor]:
-        y = np.asarray(y, dtype=np.float64)
+        u = input_array("'u'", u, self.n_sensors, "n", "the run's sensor count")
+        y = input_array("'y'", y, self.dim_y, "P", "the run's query dimension")
         if y.shape != self.y.shape or not np.allclose(y, self.y):
             raise ValueError(
-                "the linear baseline predicts only at its training query points; omit 'y'"
+                "the linear baseline predicts only at its training query points: pass them "
+                "as 'y' (query_points.npy in its run directory; the command line's default)"
             )
         c = _constants(self.scaling)
-        u = (np.asarray(u, dtype=np.float64) - c["u_shift"]) / c["u_scale"]
+        u = (u - c["u_shift"]) / c["u_scale"]
         x = np.hstack([u, np.ones((len(u), 1))])
         mean = c["s_shift"] + c["s_scale"] * (x @ self.weights)
         std = c["s_scale"] * np.sqrt(np.einsum("ij,jk,ik->i", x, self.cov, x))[:, None]

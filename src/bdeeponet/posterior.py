@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch.func import functional_call
 
+from .data import input_array
 from .encoder import PCAEncoder, TrunkModes
 from .energy import Params
 from .model import DeepONet, ModelConfig, set_dropout_generator
@@ -114,6 +115,8 @@ class Posterior:
         predictive distribution of :func:`pooled_predictive`, uncalibrated
         (``raw_lower``/``raw_upper``: mean ± z raw_std). The calibrated bands are
         :func:`bdeeponet.predict`'s."""
+        u = input_array("'u'", u, self.n_sensors, "n", "the run's sensor count")
+        y = input_array("'y'", y, self.dim_y, "P", "the run's query dimension")
         u = torch.as_tensor(u, dtype=torch.float32, device=self.samples.device)
         y = torch.as_tensor(y, dtype=torch.float32, device=self.samples.device)
         chains = 1 if self.mc_dropout else self.chains

@@ -12,7 +12,7 @@ import torch
 
 from .calibration import Calibration, bands, coverage_table, observed_trajectories
 from .config import TrainConfig
-from .data import OperatorData
+from .data import OperatorData, input_array
 from .device import resolve_device
 from .linear import LinearPosterior
 from .metrics import all_metrics
@@ -105,34 +105,14 @@ def predict(run: Run, u, y, level: float = 0.95, function_level: float = 0.95,
     return result
 
 
-def input_array(name: str, a, width: int, rows: str, what: str) -> np.ndarray:
-    """``a`` as a float64 array (k, width) of at least one row, of real numbers the network's
-    float32 arithmetic holds; ValueError naming ``name`` otherwise (strings, booleans and
-    complex numbers are not taken as numbers)."""
-    try:
-        kind = np.asarray(a).dtype
-    except (TypeError, ValueError, RuntimeError):  # ragged lists, a tensor on a GPU
-        kind = None
-    if kind is None or kind.kind not in "fiu":
-        raise ValueError(f"{name} must hold real numbers, got dtype {kind}")
-    a = np.ascontiguousarray(a, dtype=np.float64)  # (torch takes no negative strides)
-    if a.ndim != 2 or a.shape[1] != width:
-        raise ValueError(f"{name} must have shape ({rows}, {width}) ({what}), got {a.shape}")
-    if len(a) == 0:
-        raise ValueError(f"{name} holds no rows")
-    if not np.all(np.isfinite(a)):
-        raise ValueError(f"{name} contains NaN or inf")
-    if np.abs(a).max() > _FLOAT32_MAX:
-        raise ValueError(f"{name} holds values beyond float32's range (|x| > 3.4e38)")
-    return a
-
-
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def evaluate(run: Run, data: OperatorData, device: torch.device | str | None = "auto") -> dict:
     """Metrics of the run's predictive distribution on ``data``'s test set."""
     run = as_run(run)
+    if not isinstance(data, OperatorData):
+        raise TypeError(f"data must be an OperatorData (bdeeponet.load(path) reads a data "
+                        f"file), got {type(data).__name__}")
     pred = predict(run, data.u_test, data.y, device=device)
     return test_metrics(pred["mean"], pred["raw_std"], data, run.posterior, pred["dof"],
                         seed=run.config.seed)

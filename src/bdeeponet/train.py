@@ -8,6 +8,7 @@ run. Every file is replaced atomically.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import io
@@ -345,14 +346,48 @@ def train(
     progress: bool = False,
     device: torch.device | str | None = "auto",
 ) -> RunResult:
-    """Train ``config.method`` on ``data``; with ``out``, write the run directory there.
-    ``device``: where to compute (``auto``: a CUDA GPU when present; see :mod:`.device`);
-    the posterior it returns and writes lives on the CPU.
+    """Train ``config.method`` on ``data``; with ``out``, write the run directory there
+    (a fresh start first removes what a run finished there before wrote, so that a failed
+    run never reads back as that one). ``device``: where to compute (``auto``: a CUDA GPU
+    when present; see :mod:`.device`); the posterior it returns and writes lives on the
+    CPU. It computes in float32 with autograd on, whatever the caller's default dtype and
+    grad mode (both restored afterwards).
 
     With an unknown noise level (``noise_std="auto"``, or a file without ``noise_std``) σ
     is re-estimated from the training residuals after every burn-in epoch (empirical Bayes
     at the warm start) and held fixed while sampling.
     """
+    if not isinstance(data, OperatorData):
+        raise TypeError(f"data must be an OperatorData (bdeeponet.load(path) reads a data "
+                        f"file), got {type(data).__name__}")
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    if out is not None and str(out) == "":
+        raise ValueError("out must name a directory (None: write nothing), got ''")
+    with torch.enable_grad(), _default_dtype(torch.float32):
+        return _train(data, config, out, resume, progress, device)
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype):
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def _clear_run(out: Path) -> None:
+    """Before a fresh start in ``out``: another run's checkpoint must never be resumed, nor
+    what it finished with (written only at a run's end) read as this one's."""
+    for name in ("checkpoint.pt", "metrics.json", "posterior.pt", "timing.json",
+                 "query_points.npy", "history.csv", "history.png", "band.png"):
+        (out / name).unlink(missing_ok=True)
+
+
+def _train(data: OperatorData, config: TrainConfig, out, resume: bool, progress: bool,
+           device) -> RunResult:
     device = resolve_device(device)
     sigma = resolve_noise_std(config, data)
     out = Path(out) if out is not None else None
@@ -380,8 +415,7 @@ def train(
         mconf = model.config = _started_coordinates(out, mconf)
         model.__dict__.pop("_feature_cache", None)  # features of the scaling it replaced
     elif out is not None:
-        if ckpt.exists():  # another run's: a fresh start must never be resumed from it
-            ckpt.unlink()
+        _clear_run(out)
         write_json(out / "config.json", {"train": config.to_dict(), "model": mconf.to_dict(),
                                          "noise_std": sigma, "data_meta": data.meta,
                                          "data_sha256": fingerprint})
@@ -542,6 +576,7 @@ def _train_linear(data: OperatorData, config: TrainConfig, sigma: float, out, he
                   fingerprint: str) -> RunResult:
     """The closed-form Bayesian linear-regression baseline (:mod:`.linear`)."""
     if out is not None:
+        _clear_run(out)
         write_json(out / "config.json", {"train": config.to_dict(), "noise_std": sigma,
                                          "data_meta": data.meta, "data_sha256": fingerprint})
     t0 = time.perf_counter()
