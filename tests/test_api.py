@@ -104,3 +104,21 @@ def test_meta_with_numpy_numbers_saves_and_other_objects_are_refused(data, tmp_p
         OperatorData(**keep, meta={"when": object()})
     grad = torch.tensor(data.u_train, requires_grad=True)
     assert np.array_equal(OperatorData(**{**keep, "u_train": grad}).u_train, data.u_train)
+
+
+def test_train_warns_from_python_as_the_command_line_does(data):
+    """The command line printed the run's warnings (R-hat, the damping, the swaps, the
+    calibration); from Python there were none. They are now RunWarnings, the same lines as
+    metrics["warnings"], which the command line prints."""
+    import warnings
+
+    from bdeeponet.advice import RunWarning, run_warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = train(data, TrainConfig(**TINY, chains=2))
+    issued = [str(w.message) for w in caught if issubclass(w.category, RunWarning)]
+    assert issued == result.metrics["warnings"] and issued  # a 4-epoch run is not converged
+    config = TrainConfig(**TINY)
+    assert run_warnings({"convergence": {"rhat": 1.005}}, config, 4) == []
+    assert "the 4 chains disagree" in run_warnings({"convergence": {"rhat": 1.5}}, config, 4)[0]

@@ -7,6 +7,7 @@ import pytest
 from scipy.stats import norm
 from scipy.stats import t as student_t_dist
 
+from bdeeponet.advice import check_message, scale_pinned
 from bdeeponet.calibration import (
     FUNCTION_CONFIDENCE,
     Calibration,
@@ -21,7 +22,6 @@ from bdeeponet.calibration import (
     z_value,
 )
 from bdeeponet.calibration.scales import resolving_se
-from bdeeponet.cli import check_message, scale_pinned
 from bdeeponet.metrics import NOMINAL_LEVELS
 from bdeeponet.samplers.swap import communication_barrier, predicted_swap_rate
 

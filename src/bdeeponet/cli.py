@@ -11,12 +11,12 @@ import json
 import math
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 EXIT_BAD_INPUT = 2
-RARE_SWAPS = 0.01
 """Below this share of accepted swaps, ``train`` says the replicas did not exchange."""
 
 
@@ -457,62 +457,13 @@ def train_config(args):
     return TrainConfig.from_dict(merged)
 
 
-def scale_pinned(check: dict) -> bool:
-    """Whether the held-out functions pin the raw band's scale down to a factor of 2
-    and one scale fits its shape (``metrics["calibration_check"]``;
-    :func:`bdeeponet.calibration.pins_down`): a weaker test than ``resolved``."""
-    from .calibration.scales import pinning_se, scale_settled
-
-    return bool(scale_settled(check["consistent"], check.get("spread_z"), check.get("scale_se"),
-                              pinning_se()))
-
-
-def check_message(check: dict) -> str:
-    """One line on what the held-out functions could check of a run's band
-    (``metrics["calibration_check"]``, see :func:`bdeeponet.calibration.consistent_scales`)."""
-    from .calibration.scales import CLAIM_POINTS, spread_off
-
-    k, n = check["consistent"], check["n_functions"]
-    z = check.get("spread_z")
-    if spread_off(z):
-        return (f"the {n} held-out functions' error does not follow the band's spread from "
-                f"point to point (z = {z:.1f}: relative to the spread it is larger where the "
-                "chains agree), so the calibrated band is fitted level by level")
-    shape = ("no single scale of the raw band covers the held-out functions at every level: "
-             "its shape is off")
-    lik = check.get("scale_interval")
-    if lik is not None:
-        where = f"at {check['scale']:.2g} (90%: {lik[0]:.2g}-{lik[1]:.2g})"
-        if not k:
-            return (f"{shape} for the {n} held-out functions (their likelihood puts its scale "
-                    f"{where}), and the calibrated band takes the median of per-level fits")
-        if check["resolved"]:
-            return f"the {n} held-out functions put the raw band's scale {where}"
-        more = check.get("functions_needed")
-        more = (f"; roughly {more:,} held-out functions would resolve it (--calibration sets "
-                "the fraction held out)") if more else ""
-        if scale_pinned(check):
-            return (f"the {n} held-out functions put the raw band's scale {where}: too wide a "
-                    f"range to hold the solution band within {100 * CLAIM_POINTS:.0f} points "
-                    f"of its level, so its coverage rests on the posterior itself as well{more}")
-        return (f"the {n} held-out functions cannot check this band: their likelihood puts "
-                f"its scale {where} (the noise hides the error), so its coverage rests on the "
-                f"posterior itself{more}")
-    if not k:
-        return f"{shape} for the {n} held-out functions, and the calibrated band scales each level on its own"
-    if check["resolved"]:
-        return f"the {n} held-out functions fix the raw band's scale within {k[0]:.2g}-{k[1]:.2g}"
-    return (f"the {n} held-out functions cannot check this band: any scale of it from "
-            f"{k[0]:.2g} to {k[1]:.2g} fits them (the noise hides the error), so its coverage "
-            "rests on the posterior itself")
-
-
 def cmd_train(args) -> None:
     import torch
 
+    from .advice import RunWarning
     from .data import load
     from .report import write_run_figures
-    from .train import band_trusted, train
+    from .train import train
 
     if args.threads < 1:
         raise UsageError(f"--threads must be >= 1, got {args.threads}")
@@ -530,42 +481,15 @@ def cmd_train(args) -> None:
                          "options), or choose another --out")
     if args.resume and not (out / "config.json").exists():
         print(f"note: {out} holds no run to resume: starting a new one", file=sys.stderr)
-    result = train(data, config, out, resume=args.resume, progress=not args.quiet,
-                   device=args.device)
+    with warnings.catch_warnings():  # printed below, as every warning line of the CLI
+        warnings.simplefilter("ignore", RunWarning)
+        result = train(data, config, out, resume=args.resume, progress=not args.quiet,
+                       device=args.device)
     figs = write_run_figures(out, result, data, config)
     summary = {k: result.metrics[k] for k in ("e1", "e2", "e3", "band_width") if k in result.metrics}
     print(json.dumps({k: round(v, 4) for k, v in summary.items()}))
-    rhat = result.metrics.get("convergence", {}).get("rhat", 1.0)
-    if rhat > 1.01:
-        chains = result.posterior.chains
-        what = ("the chain has not converged (run several: --chains 4)" if chains == 1 else
-                f"the {chains} chains disagree")
-        print(f"warning: the split R-hat of the sampled predictions is {rhat:.3f} (> 1.01): "
-              f"{what}, so the band is not yet the posterior's", file=sys.stderr)
-    relax, sampled = result.metrics.get("prior_relaxation_epochs"), config.epochs - config.burn_in_epochs
-    if relax is not None and relax > sampled:
-        print(f"warning: the metric's damping ({result.metrics['metric_damping']:.3g}) slows the "
-              f"directions the data do not determine at the warm start: they relax over about "
-              f"{relax:,.0f} epochs and this run sampled {sampled}, so the chains are still "
-              f"spreading and the band is likely narrower than the posterior's", file=sys.stderr)
-    end, step = result.metrics.get("metric_stiffness_end"), result.metrics.get("langevin_step")
-    if end is not None and step is not None and end * step > 1:
-        print(f"warning: the cold chains ended on stiffer ground than the warm start (λ_max(M H) "
-              f"{result.metrics['metric_stiffness']:.3g} -> {end:.3g}): the step is at "
-              f"{end * step / 2:.0%} of its stability limit, so a longer run may diverge "
-              f"(a smaller --lr makes room)", file=sys.stderr)
-    swap = result.metrics.get("swap")  # replica exchange: pair (0, 1)
-    if swap is not None and swap["measured"] < RARE_SWAPS:
-        print(f"warning: the coldest replica accepted {swap['measured']:.2%} of the swaps offered "
-              f"to it, so it sampled as --method sgld would and the hotter replicas only added "
-              f"cost: for {swap['parameters']:,} parameters a ladder from τ = {config.tau1:g} to "
-              f"{config.tau2:g} communicates with about {2 * swap['barrier']:.0f} replicas "
-              f"(docs/samplers.md)", file=sys.stderr)
-    check = result.metrics.get("calibration_check")
-    # a band scaled per level (one chain, MC dropout) is expected to fail the one-scale check
-    if check and not check["resolved"] and not scale_pinned(check) and (
-            check["consistent"] or band_trusted(config)):
-        print(f"warning: {check_message(check)}", file=sys.stderr)
+    for line in result.metrics["warnings"]:
+        print(f"warning: {line}", file=sys.stderr)
     print(f"run written to {out}/ (figures: {', '.join(f.name for f in figs)})")
 
 

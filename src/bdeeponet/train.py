@@ -15,6 +15,7 @@ import io
 import json
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 
 from . import checkpoint
+from .advice import RunWarning, run_warnings
 from .calibration import fit_calibration
 from .config import TrainConfig
 from .data import OperatorData, cyclic_shifts, sensor_grid, square_symmetries
@@ -351,7 +353,8 @@ def train(
     run never reads back as that one). ``device``: where to compute (``auto``: a CUDA GPU
     when present; see :mod:`.device`); the posterior it returns and writes lives on the
     CPU. It computes in float32 with autograd on, whatever the caller's default dtype and
-    grad mode (both restored afterwards).
+    grad mode (both restored afterwards). What the run's diagnostics advise is issued as
+    :class:`~bdeeponet.advice.RunWarning` and kept in ``metrics["warnings"]``.
 
     With an unknown noise level (``noise_std="auto"``, or a file without ``noise_std``) σ
     is re-estimated from the training residuals after every burn-in epoch (empirical Bayes
@@ -365,7 +368,10 @@ def train(
     if out is not None and str(out) == "":
         raise ValueError("out must name a directory (None: write nothing), got ''")
     with torch.enable_grad(), _default_dtype(torch.float32):
-        return _train(data, config, out, resume, progress, device)
+        result = _train(data, config, out, resume, progress, device)
+    for line in result.metrics["warnings"]:
+        warnings.warn(line, RunWarning, stacklevel=2)
+    return result
 
 
 @contextlib.contextmanager
@@ -656,6 +662,7 @@ def recalibrate(run_dir: str | Path, data: OperatorData) -> dict:
     metrics = {**run.metrics, **_test_metrics(run.posterior, fit_data, run.config, held_out)}
     if get_method(run.config.method).draws:  # also for runs before R̂
         metrics.update(_prediction_diagnostics(run.posterior, data))
+    metrics["warnings"] = run_warnings(metrics, run.config, getattr(run.posterior, "chains", 1))
     atomic_write(path / "posterior.pt", lambda fh: torch.save(run.posterior.state_dict(), fh))
     write_json(path / "metrics.json", metrics)
     return metrics
@@ -663,6 +670,8 @@ def recalibrate(run_dir: str | Path, data: OperatorData) -> dict:
 
 def _write_run(out: Path | None, result: RunResult, data: OperatorData) -> RunResult:
     """Write the run directory; ``metrics.json`` last, so its presence means finished."""
+    result.metrics["warnings"] = run_warnings(result.metrics, result.config,
+                                              getattr(result.posterior, "chains", 1))
     if out is not None:
         atomic_write(out / "posterior.pt",
                      lambda fh: torch.save(result.posterior.state_dict(), fh))

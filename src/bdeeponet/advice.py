@@ -1,0 +1,100 @@
+"""What a finished run's diagnostics advise: the warning lines of ``train``.
+
+``train`` records them in ``metrics["warnings"]`` (so does ``calibrate``, whose refit can
+change them), issues each from Python as a :class:`RunWarning`, and the command line prints
+each as ``warning: ...``. A line says what a diagnostic found and what to do about it.
+"""
+
+from __future__ import annotations
+
+from .calibration.scales import CLAIM_POINTS, pinning_se, scale_settled, spread_off
+from .samplers.methods import get_method
+
+RARE_SWAPS = 0.01  # pair (0, 1) accepting fewer swaps than this: the ladder only adds cost
+
+
+class RunWarning(UserWarning):
+    """A finished run's diagnostic warns: its band may not yet be the posterior's."""
+
+
+def run_warnings(metrics: dict, config, chains: int) -> list[str]:
+    """The warning lines of a run of ``config`` (``chains`` chains) with ``metrics``."""
+    out = []
+    rhat = metrics.get("convergence", {}).get("rhat", 1.0)
+    if rhat > 1.01:
+        what = ("the chain has not converged (run several: --chains 4)" if chains == 1 else
+                f"the {chains} chains disagree")
+        out.append(f"the split R-hat of the sampled predictions is {rhat:.3f} (> 1.01): "
+                   f"{what}, so the band is not yet the posterior's")
+    relax, sampled = metrics.get("prior_relaxation_epochs"), config.epochs - config.burn_in_epochs
+    if relax is not None and relax > sampled:
+        out.append(f"the metric's damping ({metrics['metric_damping']:.3g}) slows the "
+                   f"directions the data do not determine at the warm start: they relax over "
+                   f"about {relax:,.0f} epochs and this run sampled {sampled}, so the chains are "
+                   f"still spreading and the band is likely narrower than the posterior's")
+    end, step = metrics.get("metric_stiffness_end"), metrics.get("langevin_step")
+    if end is not None and step is not None and end * step > 1:
+        out.append(f"the cold chains ended on stiffer ground than the warm start (λ_max(M H) "
+                   f"{metrics['metric_stiffness']:.3g} -> {end:.3g}): the step is at "
+                   f"{end * step / 2:.0%} of its stability limit, so a longer run may diverge "
+                   f"(a smaller --lr makes room)")
+    swap = metrics.get("swap")  # replica exchange: pair (0, 1)
+    if swap is not None and swap["measured"] < RARE_SWAPS:
+        out.append(f"the coldest replica accepted {swap['measured']:.2%} of the swaps offered "
+                   f"to it, so it sampled as --method sgld would and the hotter replicas only "
+                   f"added cost: for {swap['parameters']:,} parameters a ladder from τ = "
+                   f"{config.tau1:g} to {config.tau2:g} communicates with about "
+                   f"{2 * swap['barrier']:.0f} replicas (docs/samplers.md)")
+    check = metrics.get("calibration_check")
+    # a band scaled per level (one chain, MC dropout) is expected to fail the one-scale check
+    trusted = get_method(config.method).band_trusted(config.n_chains)
+    if check and not check["resolved"] and not scale_pinned(check) and (
+            check["consistent"] or trusted):
+        out.append(check_message(check))
+    return out
+
+
+def scale_pinned(check: dict) -> bool:
+    """Whether the held-out functions pin the raw band's scale down to a factor of 2
+    and one scale fits its shape (``metrics["calibration_check"]``;
+    :func:`bdeeponet.calibration.pins_down`): a weaker test than ``resolved``."""
+    return bool(scale_settled(check["consistent"], check.get("spread_z"), check.get("scale_se"),
+                              pinning_se()))
+
+
+def check_message(check: dict) -> str:
+    """One line on what the held-out functions could check of a run's band
+    (``metrics["calibration_check"]``, see :func:`bdeeponet.calibration.consistent_scales`)."""
+    k, n = check["consistent"], check["n_functions"]
+    z = check.get("spread_z")
+    if spread_off(z):
+        return (f"the {n} held-out functions' error does not follow the band's spread from "
+                f"point to point (z = {z:.1f}: relative to the spread it is larger where the "
+                "chains agree), so the calibrated band is fitted level by level")
+    shape = ("no single scale of the raw band covers the held-out functions at every level: "
+             "its shape is off")
+    lik = check.get("scale_interval")
+    if lik is not None:
+        where = f"at {check['scale']:.2g} (90%: {lik[0]:.2g}-{lik[1]:.2g})"
+        if not k:
+            return (f"{shape} for the {n} held-out functions (their likelihood puts its scale "
+                    f"{where}), and the calibrated band takes the median of per-level fits")
+        if check["resolved"]:
+            return f"the {n} held-out functions put the raw band's scale {where}"
+        more = check.get("functions_needed")
+        more = (f"; roughly {more:,} held-out functions would resolve it (--calibration sets "
+                "the fraction held out)") if more else ""
+        if scale_pinned(check):
+            return (f"the {n} held-out functions put the raw band's scale {where}: too wide a "
+                    f"range to hold the solution band within {100 * CLAIM_POINTS:.0f} points "
+                    f"of its level, so its coverage rests on the posterior itself as well{more}")
+        return (f"the {n} held-out functions cannot check this band: their likelihood puts "
+                f"its scale {where} (the noise hides the error), so its coverage rests on the "
+                f"posterior itself{more}")
+    if not k:
+        return f"{shape} for the {n} held-out functions, and the calibrated band scales each level on its own"
+    if check["resolved"]:
+        return f"the {n} held-out functions fix the raw band's scale within {k[0]:.2g}-{k[1]:.2g}"
+    return (f"the {n} held-out functions cannot check this band: any scale of it from "
+            f"{k[0]:.2g} to {k[1]:.2g} fits them (the noise hides the error), so its coverage "
+            "rests on the posterior itself")
