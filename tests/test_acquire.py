@@ -315,3 +315,16 @@ def test_a_merge_that_would_spoil_its_file_is_refused(tmp_path, capsys):
     merged = load(out2).meta["merged"]
     assert [m["solved_inputs"] for m in merged] == [str(tmp_path / f) for f in ("new.npz",
                                                                                "new2.npz")]
+
+
+def test_a_signed_zero_is_the_same_input():
+    """-0.0 where the data hold 0.0 is the same input: --exclude took it for a new one
+    (15 of the data's own inputs picked) while the pool's copies were already matched by
+    value."""
+    from bdeeponet.acquire import input_keys
+
+    u = np.random.default_rng(0).standard_normal((4, 5))
+    u[:, 0] = 0.0
+    flipped = u.copy()
+    flipped[:, 0] = -0.0
+    assert input_keys(u) == input_keys(flipped) and len(set(input_keys(u))) == 4

@@ -1112,6 +1112,9 @@ def test_acquire_never_picks_what_the_data_hold(capsys, tmp_path, runs, data_fil
         assert json.loads(str(z["meta"]))["exclude"] == str(data_file)
     assert_error(cli(capsys, "acquire", runs("sgld"), pool, "--n", "7", "--exclude", data_file,
                      "--out", picked), "--n", "[1, 6]", "excluded")
+    np.savez(pool, u=data["u_train"])
+    assert_error(cli(capsys, "acquire", runs("sgld"), pool, "--n", "1", "--exclude", data_file,
+                     "--out", picked), "every input of the pool is excluded")
     assert_error(cli(capsys, "acquire", runs("sgld"), pool, "--n", "2", "--out",
                      tmp_path / "picked.txt"), "--out must end in .npz")
     assert not (tmp_path / "picked.txt").exists()

@@ -55,10 +55,11 @@ def acquire(run: Run, u_pool, k: int, y=None, criterion: str = CRITERIA[0],
     run = as_run(run)
     u = input_array("the pool's 'u'", u_pool, run.n_sensors, "n", "the run's sensor count")
     _, copies = np.unique(u, axis=0, return_inverse=True)
-    done = set() if exclude is None else {r.tobytes() for r in np.ascontiguousarray(
-        exclude, dtype=np.float64)}
-    blocked = np.array([r.tobytes() in done for r in u], dtype=bool)
+    done = set() if exclude is None else set(input_keys(exclude))
+    blocked = np.array([key in done for key in input_keys(u)], dtype=bool)
     free = len(np.unique(copies.ravel()[~blocked]))
+    if free == 0:
+        raise ValueError("every input of the pool is excluded (already simulated)")
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= free:
         raise ValueError(f"--n must be an integer in [1, {free}] (the pool's distinct inputs"
                          + (", less those excluded" if blocked.any() else "") + f"), got {k}")
@@ -72,6 +73,11 @@ def acquire(run: Run, u_pool, k: int, y=None, criterion: str = CRITERIA[0],
     return greedy_picks(features / scale[:, None], int(k),
                         "variance" if criterion == "variance" else "reduction", noise=noise,
                         blocked=blocked, copies=copies.ravel())
+
+
+def input_keys(u) -> list[bytes]:
+    """One key per row of ``u`` (n, m), equal for rows of equal values (-0.0 as 0.0)."""
+    return [r.tobytes() for r in np.ascontiguousarray(u, dtype=np.float64) + 0.0]
 
 
 def greedy_picks(features: np.ndarray, k: int, criterion: str = CRITERIA[0],

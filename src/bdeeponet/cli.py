@@ -379,8 +379,10 @@ def _check_merge(base, u: np.ndarray, args) -> None:
         raise UsageError(f"--noise {args.noise:g} differs from the noise sd {base.noise_std:g} "
                          f"that {args.merge_into} records: a merged file records one, for all "
                          "its rows (leave --noise out to use its own)")
-    held = {r.tobytes() for r in np.vstack([base.u_train, base.u_test]).astype(np.float64)}
-    again = [i for i, r in enumerate(np.ascontiguousarray(u)) if r.tobytes() in held]
+    from .acquire import input_keys
+
+    held = set(input_keys(np.vstack([base.u_train, base.u_test])))
+    again = [i for i, key in enumerate(input_keys(u)) if key in held]
     if again:
         raise UsageError(f"{len(again)} of the {len(u)} inputs of {args.inputs} are already in "
                          f"{args.merge_into} (rows {', '.join(map(str, again[:5]))}"
