@@ -464,6 +464,7 @@ def cmd_train(args) -> None:
 
     from .advice import RunWarning
     from .data import load
+    from .plots import RUN_FIGURES
     from .report import write_run_figures
     from .train import train
 
@@ -474,7 +475,7 @@ def cmd_train(args) -> None:
     data = load(args.data)
     out = Path(args.out)
     if (out / "metrics.json").exists() and not args.resume:
-        drawn = all((out / f).exists() for f in ("history.png", "band.png"))
+        drawn = all((out / f).exists() for f in RUN_FIGURES)
         raise UsageError(f"{out} already holds a finished run; choose another --out" + (
             "" if drawn else " (its figures are missing: the same command with --resume draws "
             "them)"))

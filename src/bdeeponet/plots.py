@@ -210,9 +210,13 @@ def plot_calibration(calibrations: dict[str, list[dict]], path, title: str = "")
 # ---------------------------------------------------------------- figure sets
 
 
+RUN_FIGURES = ("history.png", "band.png")  # what write_run_figures writes beside a run
+
+
 def write_run_figures(out: Path, result, data, config, index: int = 0) -> list[Path]:
-    """Beside a run: ``history.png`` (e1/e2 per epoch) and ``band.png`` (test function
-    ``index`` with the run's 95% band, calibrated when the run was)."""
+    """Beside a run (:data:`RUN_FIGURES`): ``history.png`` (e1/e2 per epoch) and
+    ``band.png`` (test function ``index`` with the run's 95% band, calibrated when the run
+    was)."""
     post = result.posterior
     pred = post.predict(data.u_test[index : index + 1], data.y, seed=config.seed)
     band = bands(pred["mean"].numpy(), pred["raw_std"].numpy(), post.noise_std,
@@ -223,9 +227,10 @@ def write_run_figures(out: Path, result, data, config, index: int = 0) -> list[P
     what = "calibrated 95% band" if post.calibration else "95% band"
     title = f"{config.method}: test function {index}, {what} covers {inside:.0f}%"
     return [
-        plot_history(result.history, out / "history.png", title=config.method,
+        plot_history(result.history, out / RUN_FIGURES[0], title=config.method,
                      burn_in=config.burn_in_epochs),
-        plot_band(np.asarray(data.y), truth, mean, lower, upper, out / "band.png", title=title),
+        plot_band(np.asarray(data.y), truth, mean, lower, upper, out / RUN_FIGURES[1],
+                  title=title),
     ]
 
 

@@ -387,8 +387,10 @@ def _default_dtype(dtype: torch.dtype):
 def _clear_run(out: Path) -> None:
     """Before a fresh start in ``out``: another run's checkpoint must never be resumed, nor
     what it finished with (written only at a run's end) read as this one's."""
+    from .plots import RUN_FIGURES  # (matplotlib: only where a run is written)
+
     for name in ("checkpoint.pt", "metrics.json", "posterior.pt", "timing.json",
-                 "query_points.npy", "history.csv", "history.png", "band.png"):
+                 "query_points.npy", "history.csv", *RUN_FIGURES):
         (out / name).unlink(missing_ok=True)
 
 
