@@ -148,6 +148,45 @@ def test_a_finished_run_with_other_settings_is_not_reused(tmp_path):
         execute(tmp_path, [new], workers=1, progress=False)
 
 
+def test_a_finished_run_on_other_data_is_not_reused(tmp_path):
+    """The grid's data file replaced by another draw: its finished runs were reused and
+    tabled beside figures of the new data."""
+    from dataclasses import asdict
+
+    from bdeeponet.data import generate
+    from bdeeponet.experiments import data_path, run_job
+    from bdeeponet.problems import get_problem
+
+    scen = scenarios(["antiderivative"], [0.05])
+    job = make_jobs(scen, ["adam"], [0], 2)[0]
+    ensure_data(tmp_path, scen)
+    run_job(str(tmp_path), asdict(job))
+    assert execute(tmp_path, [job], workers=1, progress=False) == 0  # its own data: reused
+    generate(get_problem("antiderivative"), 0.05, np.random.default_rng(9), n_train=50,
+             n_test=5).save(data_path(tmp_path, "antiderivative", 0.05))
+    with pytest.raises(ValueError, match="not the one the run was trained on"):
+        execute(tmp_path, [job], workers=1, progress=False)
+
+
+def test_a_repeated_seed_method_or_scenario_is_one_run():
+    """--seeds 0 0 trained one run and tabled it as two (sd 0.00 over 'seeds 2')."""
+    twice = make_jobs(scenarios(["pendulum"], [0.01, 0.01]), ["adam", "adam"], [0, 0, 1], 3)
+    assert twice == make_jobs(scenarios(["pendulum"], [0.01]), ["adam"], [0, 1], 3)
+
+
+def test_an_interrupted_grid_says_how_to_go_on(monkeypatch, capsys):
+    """It named --resume, which reproduce does not take: the same command goes on."""
+    from bdeeponet import cli
+
+    def stop(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(cli.COMMANDS, "reproduce", stop)
+    assert cli.main(["reproduce", "--out", "grid"]) == 130
+    err = capsys.readouterr().err
+    assert "the same command continues the grid" in err and "--resume" not in err
+
+
 @pytest.mark.parametrize("model,match", [
     ({"width": 0}, "width must be >= 1, got 0"),
     ({"latent": 2.5}, "latent must be an integer, got 2.5"),

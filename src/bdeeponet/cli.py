@@ -677,6 +677,12 @@ def _out_of_memory(exc: RuntimeError) -> bool:
             or "out of memory" in text)
 
 
+def argv_command(argv: list[str] | None) -> str | None:
+    """The subcommand named on the command line (``argv``, or sys.argv's)."""
+    args = sys.argv[1:] if argv is None else argv
+    return next((a for a in args if a in COMMANDS), None)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .train import RunTooLarge, TrainingDiverged
 
@@ -696,7 +702,9 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("error: interrupted (a run can continue with --resume)", file=sys.stderr)
+        again = ("the same command continues the grid" if argv_command(argv) == "reproduce"
+                 else "a run can continue with --resume")
+        print(f"error: interrupted ({again})", file=sys.stderr)
         return 130
     return 0
 

@@ -10,6 +10,7 @@ it, so rerunning the command after an interruption only redoes what is missing.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import json
 import multiprocessing as mp
 import numbers
 import time
@@ -92,9 +93,10 @@ def make_jobs(scen, methods, seeds, epochs, chains: int | None = None,
     for s in seeds:
         if isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 0:
             raise ValueError(f"seeds must be integers >= 0, got {s!r}")
+    once = lambda xs: list(dict.fromkeys(xs))  # noqa: E731 (a repeated one is one run)
     jobs = [Job(p, n, m, s, epochs, None if get_method(m).single else chains,
                 **(model if get_method(m).network else {}))
-            for p, n in scen for m in methods for s in seeds]
+            for p, n in once(scen) for m in once(methods) for s in once(seeds)]
     for job in jobs:  # each run's own checks (an ensemble of one member), before any work
         job.config()
     return jobs
@@ -159,15 +161,22 @@ def execute(out: Path, jobs: list[Job], workers: int = 2, executor: str = "local
             progress: bool = True, ray_address: str | None = None, device: str = "cpu") -> int:
     """Run the unfinished jobs on a local process pool or a Ray cluster, each on ``device``;
     returns how many it ran."""
-    from .train import settings_differ
+    from .data import load
+    from .train import check_same_data, settings_differ
 
     todo = [j for j in jobs if not (j.run_dir(out) / "metrics.json").exists()]
-    for job in jobs:  # a finished run is reused: it must be the job's
+    data = {}
+    for job in jobs:  # a finished run is reused: it must be the job's, on the job's data
         if job not in todo:
             diff = settings_differ(job.run_dir(out), job.config())
             if diff:
                 raise ValueError(f"{job.run_dir(out)} holds a finished run with other settings "
                                  f"({', '.join(diff)}): write the grid to another --out")
+            path = data_path(out, job.problem, job.noise)
+            if path not in data:
+                data[path] = load(path)
+            conf = json.loads((job.run_dir(out) / "config.json").read_text())
+            check_same_data(conf, data[path], f"reuse {job.run_dir(out)}")
     # Longest first, so no worker is left with one long run at the end while the others idle.
     costs = {j: expected_cost(out, j) for j in todo}
     todo.sort(key=costs.get, reverse=True)
