@@ -122,3 +122,12 @@ def test_train_warns_from_python_as_the_command_line_does(data):
     config = TrainConfig(**TINY)
     assert run_warnings({"convergence": {"rhat": 1.005}}, config, 4) == []
     assert "the 4 chains disagree" in run_warnings({"convergence": {"rhat": 1.5}}, config, 4)[0]
+
+
+def test_the_sampling_phase_is_timed_apart(data):
+    """timing.json's sampling_sec_per_iter covers the epochs after burn-in alone."""
+    result = train(data, TrainConfig(**TINY))
+    timing, config = result.timing, TrainConfig(**TINY)
+    steps = timing["n_iters"] // config.epochs
+    assert timing["sampling_iters"] == (config.epochs - config.burn_in_epochs) * steps > 0
+    assert timing["sampling_sec_per_iter"] > 0

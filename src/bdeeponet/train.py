@@ -120,6 +120,8 @@ class _Loop:
     n_steps: int = 0
     noise_std: float = 0.0  # σ in use (estimated during burn-in when unknown)
     metric_seconds: float = 0.0  # spent in the sampler's end_burn_in (the metric's estimate)
+    sampling_seconds: float = 0.0  # step_seconds and n_steps of the epochs after burn-in
+    sampling_steps: int = 0
 
 
 def branch_grid(config: TrainConfig, data: OperatorData) -> tuple[int, ...]:
@@ -520,6 +522,9 @@ def _run_epoch(loop: _Loop, sampler, energy, train_data, gen, config: TrainConfi
         seconds += time.perf_counter() - t0
     loop.step_seconds += seconds
     loop.n_steps += len(energies)
+    if loop.epoch >= config.burn_in_epochs:  # (this epoch's index: end_burn_in came before it)
+        loop.sampling_seconds += seconds
+        loop.sampling_steps += len(energies)
     return {
         "epoch": loop.epoch + 1,
         "energy": float(np.mean(energies)),
@@ -574,6 +579,10 @@ def _finish(loop, sampler, config, mconf, data, out, noise_std: float, held_out,
     timing = {
         "sec_per_iter": loop.step_seconds / max(loop.n_steps, 1),
         "n_iters": loop.n_steps,
+        # the epochs after burn-in alone, where the samplers differ (m-reSGLD / reSGLD)
+        "sampling_sec_per_iter": (loop.sampling_seconds / loop.sampling_steps
+                                  if loop.sampling_steps else None),
+        "sampling_iters": loop.sampling_steps,
         "epochs": config.epochs,
         "metric_seconds": loop.metric_seconds,
     }
