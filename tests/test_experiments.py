@@ -64,6 +64,7 @@ def test_reproduce_writes_tables_figures_and_a_self_contained_report(grid):
     assert html.count("data:image/png;base64,") == 4  # convergence, bands, time, calibration
     assert "src=\"http" not in html
     assert "8 finished of 8, 8 trained by this invocation" in html
+    assert "*Held-out k*: the raw band&#x27;s scale" in html  # the tables' explanations too
     assert "width 64, depth 2, latent 64" in html  # the network's size, here the default
     assert md.startswith("Network: width 64, depth 2, latent 64, trunk_harmonics 8.")
 

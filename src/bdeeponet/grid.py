@@ -117,5 +117,11 @@ def scenario_name(problem: str, noise: float) -> str:
     return f"{problem}-{noise:g}"
 
 
+def scenario_title(problem: str, noise: float) -> str:
+    """A scenario as tables and figures head it: σ itself, or relative to the clean
+    targets' sd where the problem's noise is (``RELATIVE_NOISE``)."""
+    return f"{problem}, σ = {noise:g}" + (" × sd" if problem in RELATIVE_NOISE else "")
+
+
 def data_path(out: Path, problem: str, noise: float) -> Path:
     return out / "data" / f"{scenario_name(problem, noise)}.npz"

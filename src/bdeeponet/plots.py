@@ -15,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .calibration import Calibration, bands
-from .grid import data_path, scenario_name
+from .grid import data_path, scenario_name, scenario_title
 from .io import atomic_write
 
 
@@ -47,12 +47,17 @@ def _spread(ax, x, values, color, label, n_lines=20):
 def plot_data(data, path: str | Path, title: str | None = None) -> Path:
     """Distribution of the input functions and of the clean (or noisy) targets."""
     x_s = data.sensors[:, 0] if data.sensors is not None else np.linspace(0, 1, data.n_sensors)
+    u, where_u = data.u_train, "sensor location"
+    if data.sensors is not None and data.sensors.shape[1] == 2:  # a 2-D field: one row of it
+        on, where_u = slice_2d(data.sensors, coordinate_names(data.meta, 2))
+        x_s, u = x_s[on], u[:, on]
     targets = data.s_train_clean if data.s_train_clean is not None else data.s_train
     d = data.y.shape[1]
     fig = figure((11 if d == 1 else 15, 3.6))
     axes = fig.subplots(1, 2 if d == 1 else 3)
-    _spread(axes[0], x_s, data.u_train, "tab:blue", "u")
-    axes[0].set_xlabel("sensor location")
+    order_s = np.argsort(x_s, kind="stable")
+    _spread(axes[0], x_s[order_s], u[:, order_s], "tab:blue", "u")
+    axes[0].set_xlabel(where_u)
     axes[0].set_title("input functions u")
     if d == 1:
         t = data.y[:, 0]
@@ -61,45 +66,68 @@ def plot_data(data, path: str | Path, title: str | None = None) -> Path:
         axes[1].set_xlabel("y")
         axes[1].set_title("targets G(u)(y)")
     else:
-        t_last = data.y[:, 1].max()
-        sel = np.isclose(data.y[:, 1], t_last)
+        names = coordinate_names(data.meta, d)
+        sel, where = slice_2d(data.y, names)
         order = np.argsort(data.y[sel, 0])
         _spread(axes[1], data.y[sel, 0][order], targets[:, sel][:, order], "tab:red", "s")
-        axes[1].set_xlabel("x")
-        axes[1].set_title(f"targets at t = {t_last:g}")
+        axes[1].set_xlabel(where)
+        axes[1].set_title(f"targets along {where}")
         sc = axes[2].scatter(data.y[:, 0], data.y[:, 1], c=targets[0], s=12, cmap="viridis")
         fig.colorbar(sc, ax=axes[2])
-        axes[2].set_xlabel("x")
-        axes[2].set_ylabel("t")
-        axes[2].set_title("one target s(x, t)")
+        axes[2].set_xlabel(names[0])
+        axes[2].set_ylabel(names[1])
+        axes[2].set_title(f"one target s({', '.join(names[:2])})")
     if title:
         fig.suptitle(title)
     return save(fig, path)
 
 
-def band_axes(ax, y, truth, mean, lower, upper, title: str) -> None:
-    """One trajectory and its band; for (x, t) points, the slice at the last time."""
+def coordinate_names(meta: dict, d: int) -> tuple[str, ...]:
+    """The names of the d columns of y: the problem's (``coordinate_names``) for a file it
+    generated, else y (d = 1) or y0, y1, ..."""
+    from .problems import PROBLEMS
+
+    names = getattr(PROBLEMS.get(meta.get("problem")), "coordinate_names", None)
+    if names is not None and len(names) == d:
+        return tuple(names)
+    return ("y",) if d == 1 else tuple(f"y{j}" for j in range(d))
+
+
+def slice_2d(y: np.ndarray, names: tuple[str, ...]) -> tuple[np.ndarray, str]:
+    """The points of a 2-D y on one line along its first column, and that line's label: the
+    last time for (x, t), the middle row otherwise (a 2-D field's edge is its boundary)."""
+    values = np.unique(y[:, 1])
+    at = values[-1] if names[1] == "t" else values[len(values) // 2]
+    return np.isclose(y[:, 1], at), f"{names[0]} ({names[1]} = {at:g})"
+
+
+def band_axes(ax, y, truth, mean, lower, upper, title: str, label: str = "95% band",
+              names: tuple[str, ...] | None = None) -> None:
+    """One trajectory and its band (``label``: which band it is); for 2-D points, one line
+    of them (:func:`slice_2d`; ``names``: the columns', :func:`coordinate_names`)."""
+    names = names or coordinate_names({}, y.shape[1])
     if y.shape[1] == 1:
         xs, sel = y[:, 0], np.ones(len(y), bool)
-        ax.set_xlabel("y")
+        ax.set_xlabel(names[0])
     else:
-        sel = np.isclose(y[:, 1], y[:, 1].max())
+        sel, where = slice_2d(y, names)
         xs = y[:, 0]
-        ax.set_xlabel(f"x (t = {y[:, 1].max():g})")
+        ax.set_xlabel(where)
     order = np.argsort(xs[sel])
     xv = xs[sel][order]
     ax.fill_between(xv, lower[sel][order], upper[sel][order], color="tab:orange", alpha=0.35,
-                    label="mean ± 2 std")
+                    label=label)
     ax.plot(xv, truth[sel][order], "k-", lw=1.5, label="truth")
     ax.plot(xv, mean[sel][order], "--", color="tab:red", lw=1.2, label="mean")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
 
 
-def plot_band(y, truth, mean, lower, upper, path, title: str = "") -> Path:
+def plot_band(y, truth, mean, lower, upper, path, title: str = "",
+              label: str = "95% band", names: tuple[str, ...] | None = None) -> Path:
     fig = figure((5, 3.6))
     ax = fig.subplots()
-    band_axes(ax, y, truth, mean, lower, upper, title)
+    band_axes(ax, y, truth, mean, lower, upper, title, label, names)
     return save(fig, path)
 
 
@@ -108,12 +136,13 @@ def plot_history(history: list[dict], path, title: str = "", burn_in: int | None
     epochs = np.array([r["epoch"] for r in history])
     fig = figure((11, 3.6))
     axes = fig.subplots(1, 2)
+    style = {"marker": "o"} if len(history) == 1 else {}  # a closed-form fit: one point
     for ax, key in zip(axes, ("e1", "e2"), strict=True):
-        ax.semilogy(epochs, [r[key] for r in history], lw=0.8, label="current sample")
+        ax.semilogy(epochs, [r[key] for r in history], lw=0.8, label="current sample", **style)
         mean = np.array([r.get(f"{key}_mean", np.nan) for r in history], dtype=float)
         if np.isfinite(mean).any():
-            ax.semilogy(epochs, mean, lw=1.5, label="posterior mean so far")
-        if burn_in:
+            ax.semilogy(epochs, mean, lw=1.5, label="posterior mean so far", **style)
+        if burn_in and len(history) > 1:
             ax.axvline(burn_in, color="gray", ls=":", label="end of burn-in")
         ax.set_xlabel("epoch")
         ax.set_ylabel(f"{key} (%)")
@@ -154,14 +183,18 @@ def plot_convergence(histories: dict[str, list[dict]], path, title: str = "") ->
     return save(fig, path)
 
 
-def plot_bands(y, truth, panels: dict[str, dict], path, title: str = "") -> Path:
-    """One test trajectory, one panel per method, each with its e3 in the title."""
+def plot_bands(y, truth, panels: dict[str, dict], path, title: str = "",
+               names: tuple[str, ...] | None = None) -> Path:
+    """One test trajectory, one panel per method: its 95% solution band as ``predict``
+    gives it (calibrated where the run is), with the share of the truth inside in the
+    title (not the paper's e3, which is the raw mean ± 2 std band's)."""
     fig = figure((4.5 * len(panels), 3.6))
     axes = fig.subplots(1, len(panels), squeeze=False)
     for ax, (method, p) in zip(axes[0], panels.items(), strict=True):
         inside = (truth >= p["lower"]) & (truth <= p["upper"])
         band_axes(ax, np.asarray(y), truth, p["mean"], p["lower"], p["upper"],
-                  f"{method}: e3 = {100 * inside.mean():.0f}%")
+                  f"{method}: the band covers {100 * inside.mean():.0f}%", "95% solution band",
+                  names)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
@@ -231,11 +264,12 @@ def write_run_figures(out: Path, result, data, config, index: int = 0) -> list[P
     inside = 100 * float(np.mean((truth >= lower) & (truth <= upper)))
     what = "calibrated 95% band" if post.calibration else "95% band"
     title = f"{config.method}: test function {index}, {what} covers {inside:.0f}%"
+    burn_in = config.burn_in_epochs if len(result.history) > 1 else None  # (a closed form)
     return [
         plot_history(result.history, out / RUN_FIGURES[0], title=config.method,
-                     burn_in=config.burn_in_epochs),
+                     burn_in=burn_in),
         plot_band(np.asarray(data.y), truth, mean, lower, upper, out / RUN_FIGURES[1],
-                  title=title),
+                  title=title, label=what, names=coordinate_names(data.meta, data.y.shape[1])),
     ]
 
 
@@ -251,7 +285,7 @@ def scenario_figures(out: Path, problem: str, noise: float, records: dict, metho
     first = {m: records[(problem, noise, m)][0] for m in methods if records[(problem, noise, m)]}
     if not first:
         return []
-    title = f"{problem}, σ = {noise:g}"
+    title = scenario_title(problem, noise)
     figs = [plot_convergence({m: r["history"] for m, r in first.items()},
                              figdir / f"{name}-convergence.png", title)]
     data = load(data_path(out, problem, noise))
@@ -259,7 +293,8 @@ def scenario_figures(out: Path, problem: str, noise: float, records: dict, metho
     for m, rec in first.items():
         pred = predict(load_run(rec["dir"]), data.u_test[:1], data.y)
         panels[m] = {k: v[0] for k, v in pred.items()}
-    figs.append(plot_bands(data.y, data.s_test[0], panels, figdir / f"{name}-bands.png", title))
+    figs.append(plot_bands(data.y, data.s_test[0], panels, figdir / f"{name}-bands.png", title,
+                           coordinate_names(data.meta, data.y.shape[1])))
     timed = {m: first[m]["history"] for m in ("resgld", "mresgld") if m in first}
     if len(timed) == 2:
         figs.append(plot_iteration_time(timed, figdir / f"{name}-time.png", title, {

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .calibration import spread_off
-from .grid import PAPER_ERRORS, PAPER_TIME_RATIO
+from .grid import PAPER_ERRORS, PAPER_TIME_RATIO, scenario_title
 from .io import write_text
 from .plots import scenario_figures
 from .plots import write_run_figures as write_run_figures  # imported from here by cli.py
@@ -255,7 +255,7 @@ def calibration_markdown(cal: list[dict], swaps: list[dict]) -> str:
 def markdown_tables(rows: list[dict], ratios: list[dict]) -> str:
     lines = []
     for (problem, noise) in dict.fromkeys((r["problem"], r["noise"]) for r in rows):
-        lines += [f"### {problem}, σ = {noise:g}", ""]
+        lines += [f"### {scenario_title(problem, noise)}", ""]
         head = ["method", *(LABELS[k] for k in METRIC_COLUMNS), "paper e1", "paper e2", "seeds"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in rows:
@@ -358,8 +358,9 @@ def _html(markdown: str, figs: list[Path], info: dict) -> str:
 
 
 def _markdown_to_html(md: str) -> str:
-    """The small Markdown subset ``markdown_tables`` writes: ### headings and pipe tables."""
-    out, rows = [], []
+    """The small Markdown subset the report writes: ### headings, pipe tables, paragraphs
+    and "- " lists (their text escaped, as written)."""
+    out, rows, para, items = [], [], [], []
 
     def flush():
         if rows:
@@ -368,12 +369,30 @@ def _markdown_to_html(md: str) -> str:
                        + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
                                  for r in rest) + "</table>")
             rows.clear()
+        if para:
+            out.append(f"<p>{html.escape(' '.join(para))}</p>")
+            para.clear()
+        if items:
+            out.append("<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>")
+            items.clear()
 
     for line in md.splitlines():
         if line.startswith("|"):
+            if para or items:
+                flush()
             cells = [c.strip() for c in line.strip("|").split("|")]
             if not all(set(c) <= {"-"} for c in cells):
                 rows.append(cells)
+        elif line.startswith("- "):
+            if rows or para:
+                flush()
+            items.append(line[2:].strip())
+        elif line.startswith("  ") and items:  # a list item's continued line
+            items[-1] += " " + line.strip()
+        elif line.strip() and not line.startswith("#"):
+            if rows or items:
+                flush()
+            para.append(line.strip())
         else:
             flush()
             if line.startswith("### "):

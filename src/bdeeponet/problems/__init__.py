@@ -8,6 +8,8 @@ Each problem is a frozen dataclass whose fields are its physical and solver para
 * ``periodic_coordinates`` (class attribute): ``(j, period)`` pairs, the columns of the
   query points in which the solution is periodic (``generate`` writes them to
   ``meta["periodic"]``; the model can then use Fourier features for them),
+* ``coordinate_names`` (class attribute): the names of those columns, ``("x", "t")`` for
+  a PDE in space and time, ``("x1", "x2")`` for a 2-D field (the figures' axes),
 * ``query_points() -> (P, d)``: t for the ODEs (d = 1); (x, t) for the PDEs (d = 2),
   laid out x slowest, t fastest (row i * nt + j is (x_i, t_j)),
 * ``solve(x, u) -> (n, P)``: solutions for the n input functions u (n, K) given on the

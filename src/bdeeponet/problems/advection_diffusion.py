@@ -43,6 +43,7 @@ class AdvectionDiffusion:
     periodic_input: ClassVar[bool] = True
     # s(x + 1, t) = s(x, t): the query points' column 0 (x) is periodic with period 1.
     periodic_coordinates: ClassVar[tuple[tuple[int, float], ...]] = ((0, 1.0),)
+    coordinate_names: ClassVar[tuple[str, ...]] = ("x", "t")  # the columns of y (figures)
 
     def __post_init__(self):
         require_float("D", self.D, positive=True)

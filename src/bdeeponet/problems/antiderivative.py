@@ -25,6 +25,7 @@ class Antiderivative:
     name: ClassVar[str] = "antiderivative"
     periodic_input: ClassVar[bool] = False
     periodic_coordinates: ClassVar[tuple[tuple[int, float], ...]] = ()
+    coordinate_names: ClassVar[tuple[str, ...]] = ("x",)  # the columns of y (figures)
 
     def __post_init__(self):
         require_int("n_points", self.n_points, 2)

@@ -44,6 +44,7 @@ class Burgers:
     # published layout (Li et al.): inputs under 'a', solutions under 'u', one row a function
     published_keys: ClassVar[tuple[str, str]] = ("a", "u")
     periodic_coordinates: ClassVar[tuple[tuple[int, float], ...]] = ((0, 1.0),)
+    coordinate_names: ClassVar[tuple[str, ...]] = ("x",)  # the columns of y (figures)
 
     def __post_init__(self):
         require_float("nu", self.nu, positive=True)

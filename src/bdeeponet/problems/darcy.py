@@ -36,6 +36,7 @@ class Darcy:
     name: ClassVar[str] = "darcy"
     periodic_input: ClassVar[bool] = False
     periodic_coordinates: ClassVar[tuple[tuple[int, float], ...]] = ()
+    coordinate_names: ClassVar[tuple[str, ...]] = ("x",)  # the columns of y (figures)
 
     def __post_init__(self):
         require_float("f", self.f)

@@ -45,6 +45,7 @@ class Darcy2D:
     # published layout (Li et al.): inputs under 'coeff', solutions under 'sol', (n, s, s)
     published_keys: ClassVar[tuple[str, str]] = ("coeff", "sol")
     periodic_coordinates: ClassVar[tuple[tuple[int, float], ...]] = ()
+    coordinate_names: ClassVar[tuple[str, ...]] = ("x1", "x2")  # the columns of y (figures)
 
     def __post_init__(self):
         require_float("f", self.f)

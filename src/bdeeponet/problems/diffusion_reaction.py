@@ -73,6 +73,7 @@ class DiffusionReaction:
     name: ClassVar[str] = "diffusion_reaction"
     periodic_input: ClassVar[bool] = False
     periodic_coordinates: ClassVar[tuple[tuple[int, float], ...]] = ()
+    coordinate_names: ClassVar[tuple[str, ...]] = ("x", "t")  # the columns of y (figures)
 
     def __post_init__(self):
         require_float("D", self.D, positive=True)

@@ -29,6 +29,7 @@ class Pendulum:
     name: ClassVar[str] = "pendulum"
     periodic_input: ClassVar[bool] = False
     periodic_coordinates: ClassVar[tuple[tuple[int, float], ...]] = ()
+    coordinate_names: ClassVar[tuple[str, ...]] = ("t",)  # the columns of y (figures)
 
     def __post_init__(self):
         require_float("k", self.k)
