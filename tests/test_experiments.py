@@ -273,3 +273,10 @@ def test_the_time_ratio_is_the_sampling_phases():
     records[("pendulum", 0.01, "mresgld")][1]["timing"]["sampling_sec_per_iter"] = None
     row = time_ratio_rows(records, scen)[0]
     assert row["phase"] == "run" and row["ratio"] == pytest.approx(0.95)
+
+
+def test_small_values_keep_their_digits_in_the_tables():
+    from bdeeponet.report import _fmt
+
+    assert _fmt(2.08e-4, 9.0e-6) == "2.08e-04 ± 9.0e-06"  # it read 0.0002 ± 0.0000
+    assert _fmt(0.0123, 0.001) == "0.0123 ± 0.0010" and _fmt(1.5, float("nan")) == "1.50"

@@ -230,14 +230,18 @@ def raw_coverage(metrics: dict) -> dict[str, float]:
 
 
 def plot_calibration(calibrations: dict[str, list[dict]], path, title: str = "") -> Path:
-    """Observed vs nominal pointwise coverage of the truth (mean over seeds)."""
+    """Observed vs nominal pointwise coverage of the truth (mean over seeds). Keys
+    "METHOD raw" and "METHOD calibrated" share the method's colour, dashed and solid."""
     fig = figure((4.5, 4.2))
     ax = fig.subplots()
     ax.plot([0, 100], [0, 100], "k:", lw=1, label="ideal")
-    for method, cals in calibrations.items():
+    methods = list(dict.fromkeys(key.rsplit(" ", 1)[0] for key in calibrations))
+    for key, cals in calibrations.items():
+        method, _, kind = key.rpartition(" ")
         levels = sorted(cals[0], key=float)
         observed = [np.mean([c[lv] for c in cals]) for lv in levels]
-        ax.plot([100 * float(lv) for lv in levels], observed, "o-", label=method)
+        ax.plot([100 * float(lv) for lv in levels], observed, "o--" if kind == "raw" else "o-",
+                color=f"C{methods.index(method or key) % 10}", label=key)
     ax.set_xlabel("nominal coverage (%)")
     ax.set_ylabel("observed coverage of the truth (%)")
     ax.set_title(title, fontsize=9)

@@ -199,6 +199,8 @@ def convergence_markdown(conv: list[dict]) -> str:
 def _fmt(mean: float, sd: float) -> str:
     if not np.isfinite(mean):
         return "–"
+    if mean != 0 and abs(mean) < 1e-3:  # (a band width of 2e-4 read 0.0002 ± 0.0000)
+        return f"{mean:.2e}" + (f" ± {sd:.1e}" if np.isfinite(sd) else "")
     digits = 4 if abs(mean) < 0.1 else 2
     return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if np.isfinite(sd) else "")
 
