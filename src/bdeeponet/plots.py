@@ -268,10 +268,9 @@ def write_run_figures(out: Path, result, data, config, index: int = 0) -> list[P
     inside = 100 * float(np.mean((truth >= lower) & (truth <= upper)))
     what = "calibrated 95% band" if post.calibration else "95% band"
     title = f"{config.method}: test function {index}, {what} covers {inside:.0f}%"
-    burn_in = config.burn_in_epochs if len(result.history) > 1 else None  # (a closed form)
     return [
         plot_history(result.history, out / RUN_FIGURES[0], title=config.method,
-                     burn_in=burn_in),
+                     burn_in=config.burn_in_epochs),
         plot_band(np.asarray(data.y), truth, mean, lower, upper, out / RUN_FIGURES[1],
                   title=title, label=what, names=coordinate_names(data.meta, data.y.shape[1])),
     ]
