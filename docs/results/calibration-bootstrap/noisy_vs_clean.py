@@ -65,7 +65,7 @@ def one_run(run_dir: Path, data) -> dict:
     post = run.posterior
     tiny = 1e-12 * post.noise_std  # clean targets: no noise to deconvolve
     cal = fit_calibration(mh, sh, s_noisy, post.noise_std, dof=dh, y=data.y,
-                          trust_band=band_trusted(run.config, post))
+                          trust_band=band_trusted(run.config))
     return {"noisy": scale_likelihood(s_noisy - mh, sh, post.noise_std, dh),
             "clean": scale_likelihood(s_clean - mh, sh, tiny, dh)[0],
             "test": scale_likelihood(data.s_test - mt, st, tiny, dt)[0],
