@@ -193,7 +193,7 @@ def plot_bands(y, truth, panels: dict[str, dict], path, title: str = "",
     for ax, (method, p) in zip(axes[0], panels.items(), strict=True):
         inside = (truth >= p["lower"]) & (truth <= p["upper"])
         band_axes(ax, np.asarray(y), truth, p["mean"], p["lower"], p["upper"],
-                  f"{method}: the band covers {100 * inside.mean():.0f}%", "95% solution band",
+                  f"{method}: the band covers {100 * inside.mean():.0f}% of {inside.size} points", "95% solution band",
                   names)
     if title:
         fig.suptitle(title)
@@ -267,7 +267,8 @@ def write_run_figures(out: Path, result, data, config, index: int = 0) -> list[P
     truth = data.s_test[index]
     inside = 100 * float(np.mean((truth >= lower) & (truth <= upper)))
     what = "calibrated 95% band" if post.calibration else "95% band"
-    title = f"{config.method}: test function {index}, {what} covers {inside:.0f}%"
+    title = (f"{config.method}: test function {index}, {what} covers {inside:.0f}% of its "
+             f"{truth.size} points")
     return [
         plot_history(result.history, out / RUN_FIGURES[0], title=config.method,
                      burn_in=config.burn_in_epochs),
