@@ -159,3 +159,26 @@ def test_caches_stay_out_of_checkpoints_and_are_rebuilt(data):
 
     assert not [k for k in keys(checkpoint.encode(state)) if k.startswith("_")]
     assert torch.equal(_chain(data, make), _chain(data, make, round_trips=(5, 20)))
+
+
+def test_a_resume_moves_the_sampler_state_to_the_device_and_keeps_the_rest_on_the_cpu(
+        data, tmp_path):
+    """A checkpoint read for another device (the meta device stands in for a GPU): the
+    sampler's state and the running test prediction go there; the generator's state stays a CPU byte tensor (a CUDA generator's
+    ``set_state`` takes nothing else) and the kept samples stay on the CPU (the posterior
+    lives there)."""
+    from bdeeponet.train import _load_checkpoint, _Loop, _save_checkpoint
+
+    model = DeepONet(ModelConfig(n_sensors=20, dim_y=1, width=8, latent=8, depth=2))
+    sampler = SGLD(warm_steps=10)
+    state = sampler.init(dict(model.named_parameters()))
+    loop = _Loop(state, torch.Generator().manual_seed(1).get_state(), epoch=3,
+                 samples=[torch.ones(5)], test_pred_sum=torch.zeros(1, 2, 3))
+    _save_checkpoint(tmp_path / "checkpoint.pt", loop)
+    back = _load_checkpoint(tmp_path / "checkpoint.pt", torch.device("meta"))
+    assert back.generator_state.device.type == "cpu"
+    assert torch.equal(back.generator_state, loop.generator_state)
+    assert back.samples[0].device.type == "cpu" and torch.equal(back.samples[0], torch.ones(5))
+    assert back.test_pred_sum.device.type == "meta"
+    assert back.state.chain.flat.device.type == "meta"
+    torch.Generator().set_state(back.generator_state)  # what a resume does with it

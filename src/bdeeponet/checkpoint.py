@@ -119,11 +119,11 @@ def save(path: str | Path, state: dict) -> None:
                                               "state": encode(state)}, fh))
 
 
-def load(path: str | Path, device: torch.device | str | None = None) -> dict:
-    """The state :func:`save` wrote (its tensors moved to ``device`` when given);
-    CheckpointError for anything else."""
+def load(path: str | Path) -> dict:
+    """The state :func:`save` wrote, its tensors on the CPU (move what a device needs with
+    :func:`round_trip`); CheckpointError for anything else."""
     try:
-        tree = torch.load(path, weights_only=True, map_location=device)
+        tree = torch.load(path, weights_only=True, map_location="cpu")
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise CheckpointError(f"{path} is not a readable checkpoint ({first})") from None
@@ -135,12 +135,13 @@ def load(path: str | Path, device: torch.device | str | None = None) -> dict:
     return decode(tree["state"])
 
 
-def round_trip(state):
-    """``state`` through an in-memory checkpoint (what a resume sees)."""
+def round_trip(state, device: torch.device | str | None = None):
+    """``state`` through an in-memory checkpoint (what a resume sees), its tensors moved to
+    ``device`` when given (views of one buffer stay views of one buffer)."""
     buf = io.BytesIO()
     torch.save(encode(state), buf)
     buf.seek(0)
-    return decode(torch.load(buf, weights_only=True))
+    return decode(torch.load(buf, weights_only=True, map_location=device))
 
 
 __all__ = ["CheckpointError", "decode", "encode", "load", "round_trip", "save"]

@@ -765,8 +765,15 @@ def _save_checkpoint(path: Path, loop: _Loop) -> None:
 
 
 def _load_checkpoint(path: Path, device: torch.device) -> _Loop:
-    state = checkpoint.load(path, device)  # plain tensors and numbers: weights_only=True
+    """The loop a checkpoint holds, its sampler state and running test prediction on
+    ``device``; the generator's state (a CPU byte tensor, whatever the generator's device)
+    and the kept samples (the posterior lives on the CPU) stay on the CPU."""
+    state = checkpoint.load(path)  # plain tensors and numbers: weights_only=True
     try:
-        return _Loop(**state)
+        loop = _Loop(**state)
     except TypeError:
         raise checkpoint.CheckpointError(f"{path} is not a checkpoint of this version") from None
+    loop.state = checkpoint.round_trip(loop.state, device)
+    if loop.test_pred_sum is not None:
+        loop.test_pred_sum = loop.test_pred_sum.to(device)
+    return loop

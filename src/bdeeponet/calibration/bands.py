@@ -36,6 +36,10 @@ class Calibration:
     # whose quantiles hold with at most 0.9.
     function_confidence: float | None = None
 
+    def __post_init__(self):
+        if list(self.levels) != sorted(self.levels) or len(set(self.levels)) != len(self.levels):
+            raise ValueError(f"a Calibration's levels must ascend, got {self.levels}")
+
     @property
     def spread_off(self) -> bool:
         """Whether the held-out error does not follow the band's spread (:func:`spread_check`)."""

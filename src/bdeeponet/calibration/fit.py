@@ -60,7 +60,10 @@ def fit_calibration(mean, std, s_noisy, noise_std: float, levels=NOMINAL_LEVELS,
       at every level (:func:`consistent_scales`), the median of the per-level roots, each
       kept at 1 where 1 is not rejected at that level.
     * a trusted band whose held-out error does not follow its spread from point to point
-      (:func:`spread_check` beyond ``SPREAD_Z``) is fitted as the next item fits one chain's.
+      (:func:`spread_check` beyond ``SPREAD_Z``) is fitted as the next item fits one chain's,
+      with the Gaussian z_α; :func:`~.bands.bands` still serves it with its Student-t
+      quantile, so the band served is q_α / z_α wider than the band fitted (docs/bands.md:
+      the measured coverage of flagged bands is that of the band served).
     * otherwise (one chain, MC dropout): each level its own k_α, from the second moment of
       :func:`moment_scale` as the fallback, fitted on residuals averaged over 5 grid
       neighbours (noise variance / 5, a smooth error kept); where the observation band of
@@ -71,6 +74,7 @@ def fit_calibration(mean, std, s_noisy, noise_std: float, levels=NOMINAL_LEVELS,
     Returns a :class:`Calibration` (levels, scales, function-level quantiles, the number
     of held-out functions, and the checks behind them)."""
     mean, std, s = (np.asarray(a, dtype=np.float64) for a in (mean, std, s_noisy))
+    levels = tuple(sorted(levels))  # Calibration interpolates between ascending levels
     r = np.abs(s - mean)
     # standard errors clustered over fewer functions say nothing: no check
     checked = len(r) >= MIN_CHECK
