@@ -10,6 +10,7 @@ from bdeeponet import TrainConfig, checkpoint, generate, get_problem, train
 from bdeeponet.energy import GaussianEnergy
 from bdeeponet.model import DeepONet, ModelConfig, parameter_groups
 from bdeeponet.samplers import SGLD, AdamDropout, DeepEnsemble, MReSGLD, ReSGLD
+from bdeeponet.train import settings_differ
 
 torch.set_num_threads(1)
 
@@ -108,6 +109,8 @@ def test_library_resume_checks_the_settings(data, tmp_path):
     train(data, conf, tmp_path / "run")
     with pytest.raises(ValueError, match=r"resume: the settings differ.*\(epochs, lr\)"):
         train(data, conf.updated(epochs=6, lr=1e-3), tmp_path / "run", resume=True)
+    # how a step is executed is not a setting of the run: a failed CUDA graph's way on
+    assert settings_differ(tmp_path / "run", conf.updated(cuda_graph=False)) == []
     # a setting added since the run started (absent from its config.json) takes its default
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     del saved["train"]["replicas"], saved["train"]["chains"]
@@ -164,9 +167,9 @@ def test_caches_stay_out_of_checkpoints_and_are_rebuilt(data):
 def test_a_resume_moves_the_sampler_state_to_the_device_and_keeps_the_rest_on_the_cpu(
         data, tmp_path):
     """A checkpoint read for another device (the meta device stands in for a GPU): the
-    sampler's state and the running test prediction go there; the generator's state stays a CPU byte tensor (a CUDA generator's
-    ``set_state`` takes nothing else) and the kept samples stay on the CPU (the posterior
-    lives there)."""
+    sampler's state and the running test prediction go there; the generator's state stays
+    a CPU byte tensor (a CUDA generator's ``set_state`` takes nothing else) and the kept
+    samples stay on the CPU (the posterior lives there)."""
     from bdeeponet.train import _load_checkpoint, _Loop, _save_checkpoint
 
     model = DeepONet(ModelConfig(n_sensors=20, dim_y=1, width=8, latent=8, depth=2))

@@ -684,6 +684,7 @@ def argv_command(argv: list[str] | None) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .samplers.graph import RecordingFailed
     from .train import RunTooLarge, TrainingDiverged
 
     try:
@@ -692,7 +693,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (bdeeponet problems | head -1): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except (UsageError, ValueError, TrainingDiverged, RunTooLarge, OSError) as exc:
+    except (UsageError, ValueError, TrainingDiverged, RunTooLarge, RecordingFailed,
+            OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (MemoryError, RuntimeError) as exc:  # sizes asked for beyond the machine

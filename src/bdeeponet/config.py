@@ -16,6 +16,9 @@ from .samplers.sgld import METRICS
 BRANCHES = ("mlp", "conv")
 TRUNKS = ("mlp", "pod")
 SYMMETRIES = ("none", "square", "shift")
+# settings that change how a step is executed, not what it computes: a run may resume
+# with another value (a CUDA graph replays the eager step's draws)
+EXECUTION_ONLY = frozenset({"cuda_graph"})
 
 
 def _opt(default, help: str, **extra):

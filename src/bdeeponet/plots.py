@@ -193,8 +193,8 @@ def plot_bands(y, truth, panels: dict[str, dict], path, title: str = "",
     for ax, (method, p) in zip(axes[0], panels.items(), strict=True):
         inside = (truth >= p["lower"]) & (truth <= p["upper"])
         band_axes(ax, np.asarray(y), truth, p["mean"], p["lower"], p["upper"],
-                  f"{method}: the band covers {100 * inside.mean():.0f}% of {inside.size} points", "95% solution band",
-                  names)
+                  f"{method}: the band covers {100 * inside.mean():.0f}% of {inside.size} points",
+                  "95% solution band", names)
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -25,7 +25,7 @@ import torch
 from . import checkpoint
 from .advice import RunWarning, run_warnings
 from .calibration import fit_calibration
-from .config import TrainConfig
+from .config import EXECUTION_ONLY, TrainConfig
 from .data import OperatorData, cyclic_shifts, sensor_grid, square_symmetries
 from .device import resolve_device
 from .encoder import PCAEncoder, TrunkModes, fit_modes, fit_pca
@@ -741,7 +741,8 @@ def settings_differ(out: Path, config: TrainConfig) -> list[str]:
     except (KeyError, TypeError, ValueError) as exc:  # JSON errors are ValueErrors
         raise ValueError(f"{path} is not a run's settings ({type(exc).__name__}: {exc})") from None
     now = config.to_dict()
-    return sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+    return sorted(k for k in set(saved) | set(now)
+                  if saved.get(k) != now.get(k) and k not in EXECUTION_ONLY)
 
 
 def check_same_data(conf: dict, data: OperatorData, action: str) -> None:

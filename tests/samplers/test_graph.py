@@ -4,25 +4,22 @@ without a GPU. The replay itself is checked against the eager step in tests/test
 import pytest
 import torch
 
-from bdeeponet.samplers.graph import captured, graphs_available
+from bdeeponet.samplers.graph import RecordingFailed, captured, graphs_available
 
 
 def test_no_graphs_on_the_cpu():
     assert not graphs_available(torch.zeros(3))
 
 
-def test_a_failed_recording_warns_once_and_leaves_eager_steps():
-    calls = []
-
+def test_a_failed_recording_stops_the_run_with_what_to_do():
+    """A capture that failed part-way can leave the generator in capture mode: no eager
+    fallback, one error that says how to go on."""
     def build():
-        calls.append(1)
-        raise RuntimeError("operation not permitted when stream is capturing")
+        raise RuntimeError("operation not permitted when stream is capturing\nmore")
 
-    cache = {}
-    with pytest.warns(RuntimeWarning, match="going on with eager steps"):
-        assert captured(cache, "shape", build) is None
-    assert captured(cache, "other shape", build) is None  # no second try, no second warning
-    assert calls == [1]
+    with pytest.raises(RecordingFailed, match=r"capturing\); run the same command with "
+                                              r"--no-cuda-graph \(add --resume"):
+        captured({}, "shape", build)
 
 
 def test_a_recorded_step_is_kept_per_batch_shape():

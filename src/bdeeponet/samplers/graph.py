@@ -15,7 +15,6 @@ generator are restored afterwards, so recording leaves the run where it was.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 
 import torch
@@ -61,18 +60,23 @@ class CapturedStep:
         return self.output.clone()
 
 
-def captured(cache: dict, key, build: Callable[[], CapturedStep]) -> CapturedStep | None:
-    """The step recorded under ``key`` in ``cache`` (recorded on first use); None, with one
-    warning, where recording fails: the run then goes on with eager steps."""
-    if cache.get("failed"):
-        return None
+class RecordingFailed(RuntimeError):
+    """The sampling step could not be recorded in a CUDA graph."""
+
+
+def captured(cache: dict, key, build: Callable[[], CapturedStep]) -> CapturedStep:
+    """The step recorded under ``key`` in ``cache`` (recorded on first use).
+    :class:`RecordingFailed` where recording fails: a capture that failed part-way leaves the
+    run's generator in capture mode (torch ends its capture before the generator's), where
+    an eager step's draws raise, so the run cannot go on from there; it can go on from its
+    checkpoint with the graph turned off, which draws the same noise."""
     if key not in cache:
         try:
             cache[key] = build()
         except (RuntimeError, TypeError, AttributeError) as exc:
-            warnings.warn(f"a CUDA graph of the sampling step could not be recorded "
-                          f"({type(exc).__name__}: {exc}); going on with eager steps",
-                          RuntimeWarning, stacklevel=3)
-            cache["failed"] = True
-            return None
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise RecordingFailed(
+                f"the sampling step could not be recorded in a CUDA graph ({type(exc).__name__}"
+                f": {first}); run the same command with --no-cuda-graph (add --resume to go on "
+                "from the checkpoint)") from exc
     return cache[key]
