@@ -37,26 +37,31 @@ class CapturedStep:
     def __init__(self, fn: Callable[..., torch.Tensor], batch, flat: torch.Tensor,
                  generator: torch.Generator):
         self.inputs = tuple(t.clone() for t in batch)
+        self.device = flat.device
         saved, gen_state = flat.clone(), generator.get_state()
-        try:
-            side = torch.cuda.Stream(device=flat.device)
-            side.wait_stream(torch.cuda.current_stream(flat.device))
-            with torch.cuda.stream(side):
-                for _ in range(WARMUP):
-                    fn(*self.inputs)
-            torch.cuda.current_stream(flat.device).wait_stream(side)
-            self.graph = torch.cuda.CUDAGraph()
-            self.graph.register_generator_state(generator)
-            with torch.cuda.graph(self.graph):
-                self.output = fn(*self.inputs)
-        finally:  # recording leaves the chain and the generator where they were
-            flat.copy_(saved)
-            generator.set_state(gen_state)
+        # the run's device made current: torch.cuda.graph's own stream belongs to the current
+        # device, and a capture there would not see the step's kernels on another one
+        with torch.cuda.device(self.device):
+            try:
+                side = torch.cuda.Stream(device=self.device)
+                side.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(side):
+                    for _ in range(WARMUP):
+                        fn(*self.inputs)
+                torch.cuda.current_stream(self.device).wait_stream(side)
+                self.graph = torch.cuda.CUDAGraph()
+                self.graph.register_generator_state(generator)
+                with torch.cuda.graph(self.graph, stream=side):
+                    self.output = fn(*self.inputs)
+            finally:  # recording leaves the chain and the generator where they were
+                flat.copy_(saved)
+                generator.set_state(gen_state)
 
     def __call__(self, batch) -> torch.Tensor:
         for buffer, t in zip(self.inputs, batch, strict=True):
             buffer.copy_(t)
-        self.graph.replay()
+        with torch.cuda.device(self.device):
+            self.graph.replay()
         return self.output.clone()
 
 
