@@ -435,6 +435,8 @@ def _train(data: OperatorData, config: TrainConfig, out, resume: bool, progress:
         if loop.epoch == config.burn_in_epochs:
             t0 = time.perf_counter()
             sampler.end_burn_in(loop.state, energy, (u, s), gen)
+            if u.is_cuda:  # what end_burn_in queued is its cost, not the first step's
+                torch.cuda.synchronize(u.device)
             loop.metric_seconds = time.perf_counter() - t0
         row = _run_epoch(loop, sampler, energy, (u, s), gen, config, chains, run.turns)
         params = sampler.sample(loop.state)
