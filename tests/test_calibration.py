@@ -59,6 +59,21 @@ def test_fit_recovers_the_spread_factor_and_calibrates_the_truth():
         assert clean["function"][key] >= table["function"][key]
 
 
+def test_levels_given_in_any_order_give_the_same_calibration():
+    """Heavy-tailed errors (Student-t, 2 dof), so each level gets its own k (one chain's
+    fit): the levels given in descending order give the ascending fit, whose k grows with
+    the level; a Calibration whose levels do not ascend is refused (it interpolates)."""
+    rng = np.random.default_rng(3)
+    std = 0.01 * np.ones((200, 50))
+    mean = rng.normal(size=std.shape)
+    s = mean + std * rng.standard_t(2, size=std.shape) + SIGMA * rng.standard_normal(std.shape)
+    up = fit_calibration(mean, std, s, SIGMA, trust_band=False)
+    down = fit_calibration(mean, std, s, SIGMA, levels=NOMINAL_LEVELS[::-1], trust_band=False)
+    assert down == up and up.scale(0.95) > 1.3 * up.scale(0.5), up.scales
+    with pytest.raises(ValueError, match="levels must ascend"):
+        Calibration(levels=(0.9, 0.5), scales=(1.0, 1.0))
+
+
 def test_a_right_spread_is_kept():
     """When the posterior spread is already right, the fit keeps k = 1 (within its
     standard error, 1 is among the factors that fit)."""
