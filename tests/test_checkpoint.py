@@ -118,6 +118,26 @@ def test_library_resume_checks_the_settings(data, tmp_path):
     train(data, conf, tmp_path / "run", resume=True)
 
 
+def test_a_resume_clears_half_written_files_and_refuses_a_checkpoint_without_its_settings(
+        data, tmp_path):
+    """A kill during a write leaves atomic_write's hidden temporary file: the next start
+    or resume removes it (and nothing else). A checkpoint whose config.json is gone cannot
+    have its settings checked: resuming it is refused, not done unchecked."""
+    conf = TrainConfig(method="sgld", epochs=4, batch_size=10, width=8, latent=8,
+                       checkpoint_every=2, calibration=0)
+    run = tmp_path / "run"
+    run.mkdir()
+    left = [run / ".checkpoint.pt.k1l2.tmp", run / ".metrics.json.x.tmp"]
+    kept = run / ".notes.txt.tmp"  # not a file of the run's
+    for f in (*left, kept):
+        f.write_bytes(b"half")
+    train(data, conf, run)
+    assert not any(f.exists() for f in left) and kept.exists()
+    (run / "config.json").unlink()
+    with pytest.raises(ValueError, match="checkpoint without the config.json of its run"):
+        train(data, conf, run, resume=True)
+
+
 def test_a_checkpoint_from_an_earlier_version_is_refused_in_one_line(tmp_path):
     sampler = ReSGLD(metric="identity")
     state = sampler.init({"w": torch.zeros(3)})

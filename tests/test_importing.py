@@ -146,7 +146,8 @@ def test_round_trip_through_save_and_load(tmp_path):
 def npz(tmp_path):
     a, u = _fields()
     path = tmp_path / "d.npz"
-    np.savez(path, a=a, u=u, u_short=u[:5], x_bad=np.linspace(0, 1, 50), bad=np.full((12, 64), np.nan))
+    np.savez(path, a=a, u=u, u_short=u[:5], x_bad=np.linspace(0, 1, 50), bad=np.full((12, 64), np.nan),
+             one=np.ones((12, 1)))
     return path
 
 
@@ -161,6 +162,7 @@ def npz(tmp_path):
     (dict(n_train=10, n_test=5), ["--n-train", "--n-test", "12"]),
     (dict(grid_key="x_bad"), ["'x_bad'", "50"]),
     (dict(output_key="bad"), ["'bad'", "NaN"]),
+    (dict(output_key="one"), ["'one'", "(12, 1)", "1 point", "at least 2"]),  # no --subsample
 ])
 def test_errors_name_the_culprit(npz, kwargs, words):
     kw = dict(input_key="a", output_key="u") | kwargs
@@ -209,6 +211,9 @@ def test_bad_files_are_refused(tmp_path):
     for name in ("junk.mat", "junk.h5", "d.csv", "missing.npz"):
         with pytest.raises(ImportDataError, match=name.split(".")[0]):
             import_file(tmp_path / name, input_key="a", output_key="u")
+    (tmp_path / "folder.mat").mkdir()
+    with pytest.raises(ImportDataError, match="folder.mat is a directory"):
+        import_file(tmp_path / "folder.mat", input_key="a", output_key="u")
 
 
 def test_measured_outputs_record_their_noise_sd_and_keep_their_values(npz):

@@ -482,7 +482,7 @@ def cmd_train(args) -> None:
     if (out / "checkpoint.pt").exists() and not args.resume:
         raise UsageError(f"{out} holds an interrupted run: continue it with --resume (and its "
                          "options), or choose another --out")
-    if args.resume and not (out / "config.json").exists():
+    if args.resume and not any((out / f).exists() for f in ("config.json", "checkpoint.pt")):
         print(f"note: {out} holds no run to resume: starting a new one", file=sys.stderr)
     with warnings.catch_warnings():  # printed below, as every warning line of the CLI
         warnings.simplefilter("ignore", RunWarning)

@@ -211,6 +211,9 @@ def _subsample(src, key, a, k) -> np.ndarray:
             raise ImportDataError(f"{src}: --subsample {k} does not divide the grid of '{key}' "
                                   f"(shape {a.shape}): it must divide n - 1 (a grid with both "
                                   f"ends) or n (a periodic grid), here {n - 1} or {n}")
+    if min(a.shape[1:]) < 2:
+        raise ImportDataError(f"{src}: '{key}' (shape {a.shape}) has {min(a.shape[1:])} "
+                              "point along an axis of its grid; at least 2 are needed")
     kept = tuple(len(range(0, n, k)) for n in a.shape[1:])
     if min(kept) < 2:
         raise ImportDataError(f"{src}: --subsample {k} leaves {min(kept)} point(s) along an "
@@ -270,6 +273,8 @@ Read = Callable[[str, str], np.ndarray]
 def _reader(path: Path) -> Iterator[tuple[str, Read]]:
     """Yield ``(format, read)``; ``read(key, option)`` returns the array stored at ``key``."""
     src, ext = path.name, path.suffix.lower()
+    if path.is_dir():
+        raise ImportDataError(f"{path} is a directory, not a data file")
     if not path.is_file():
         raise ImportDataError(f"no such file: {path}")
     if ext not in (".mat", ".h5", ".hdf5", ".npz"):

@@ -386,14 +386,28 @@ def _default_dtype(dtype: torch.dtype):
         torch.set_default_dtype(previous)
 
 
+# what a run writes in its directory besides config.json and its figures
+RUN_OUTPUTS = ("checkpoint.pt", "metrics.json", "posterior.pt", "timing.json",
+               "query_points.npy", "history.csv")
+
+
 def _clear_run(out: Path) -> None:
     """Before a fresh start in ``out``: another run's checkpoint must never be resumed, nor
     what it finished with (written only at a run's end) read as this one's."""
     from .plots import RUN_FIGURES  # (matplotlib: only where a run is written)
 
-    for name in ("checkpoint.pt", "metrics.json", "posterior.pt", "timing.json",
-                 "query_points.npy", "history.csv", *RUN_FIGURES):
+    for name in (*RUN_OUTPUTS, *RUN_FIGURES):
         (out / name).unlink(missing_ok=True)
+
+
+def _remove_partial_writes(out: Path) -> None:
+    """The temporary files (:func:`~bdeeponet.io.atomic_write`'s ``.NAME.*.tmp``) of this
+    run's files that a kill left half-written: never read, but as large as a checkpoint."""
+    from .plots import RUN_FIGURES
+
+    for name in (*RUN_OUTPUTS, "config.json", *RUN_FIGURES):
+        for tmp in out.glob(f".{name}.*.tmp"):
+            tmp.unlink(missing_ok=True)
 
 
 def _train(data: OperatorData, config: TrainConfig, out, resume: bool, progress: bool,
@@ -403,6 +417,12 @@ def _train(data: OperatorData, config: TrainConfig, out, resume: bool, progress:
     out = Path(out) if out is not None else None
     if resume and out is not None:
         check_resume(out, config, data)
+        if (out / "checkpoint.pt").exists() and not (out / "config.json").exists():
+            raise ValueError(f"{out} holds a checkpoint without the config.json of its run, "
+                             "so its settings cannot be checked: remove "
+                             f"{out / 'checkpoint.pt'} to start afresh, or choose another --out")
+    if out is not None and out.is_dir():
+        _remove_partial_writes(out)
     fingerprint = data.training_fingerprint()  # of all the training functions, held-out ones too
     data, held_out = split_calibration(data, config)
     if not get_method(config.method).network:  # the linear baseline: a closed-form fit
