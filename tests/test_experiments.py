@@ -122,6 +122,10 @@ def test_network_size_reaches_every_run_but_the_linear_fit_and_names_it(tmp_path
     # a size given at its default is the default grid's run
     at_default = make_jobs(scen, ["adam"], [0], 2, model={"width": np.int64(64)})[0]
     assert at_default.run_dir(tmp_path) == default.run_dir(tmp_path)
+    # eager steps instead of a CUDA graph's replays: the same run (reproduce --no-cuda-graph)
+    eager = make_jobs(scen, ["adam"], [0], 2, cuda_graph=False)[0]
+    assert eager.config().cuda_graph is False and default.config().cuda_graph is True
+    assert eager.run_dir(tmp_path) == default.run_dir(tmp_path)
     assert at_default.network() == default.network() == {"width": 64, "depth": 2, "latent": 64,
                                                          "trunk_harmonics": 8}
     run_job(str(tmp_path), asdict(adam))

@@ -195,6 +195,9 @@ def _add_reproduce(sub):
                    help="where the runs execute: local processes or a Ray cluster")
     p.add_argument("--ray-address", help="address of a running Ray cluster (default: start one)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false",
+                   help="sgld with kfac on a CUDA device: take eager steps, not a CUDA graph's "
+                        "replays (the same draws)")
     _device_option(p)
     from .grid import MODEL_SIZE
 
@@ -620,7 +623,8 @@ def cmd_reproduce(args) -> None:
 
     report = reproduce(args.out, args.problems, args.noises, args.methods, args.epochs, args.seeds,
                        args.workers, args.executor, not args.quiet, args.ray_address,
-                       args.device, args.chains, {k: getattr(args, k) for k in MODEL_SIZE})
+                       args.device, args.chains, {k: getattr(args, k) for k in MODEL_SIZE},
+                       args.cuda_graph)
     print((Path(args.out) / "results.md").read_text())
     tables = [p.name for p in sorted(Path(args.out).glob("*.csv")) if p.name != "results.csv"]
     print(f"report: {report} (tables: results.md, results.csv"

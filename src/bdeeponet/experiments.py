@@ -69,10 +69,11 @@ def scenarios(problems=None, noises=None) -> list[tuple[str, float]]:
 
 
 def make_jobs(scen, methods, seeds, epochs, chains: int | None = None,
-              model: dict | None = None) -> list[Job]:
+              model: dict | None = None, cuda_graph: bool = True) -> list[Job]:
     """Every scenario × method × seed; ``chains`` applies to the samplers and the ensemble
     (Adam and the linear baseline run one network), ``model`` (``width``, ``depth``,
-    ``latent``; the default sizes where absent) to every method but the linear baseline."""
+    ``latent``; the default sizes where absent) to every method but the linear baseline,
+    ``cuda_graph`` (TrainConfig's) to every run."""
     from .config import TrainConfig
     from .samplers.methods import get_method
 
@@ -95,7 +96,7 @@ def make_jobs(scen, methods, seeds, epochs, chains: int | None = None,
             raise ValueError(f"seeds must be integers >= 0, got {s!r}")
     once = lambda xs: list(dict.fromkeys(xs))  # noqa: E731 (a repeated one is one run)
     jobs = [Job(p, n, m, s, epochs, None if get_method(m).single else chains,
-                **(model if get_method(m).network else {}))
+                **(model if get_method(m).network else {}), cuda_graph=cuda_graph)
             for p, n in once(scen) for m in once(methods) for s in once(seeds)]
     for job in jobs:  # each run's own checks (an ensemble of one member), before any work
         job.config()
@@ -247,17 +248,19 @@ def _execute_ray(out, todo, bar, address, device) -> None:
 
 def reproduce(out, problems=None, noises=None, methods=PAPER_METHODS, epochs=8000,
               seeds=(0,), workers=2, executor="local", progress=True,
-              ray_address=None, device="auto", chains=None, model=None) -> Path:
+              ray_address=None, device="auto", chains=None, model=None,
+              cuda_graph: bool = True) -> Path:
     """The whole Section 5: data, runs (each on ``device``), then tables, figures and
     ``report.html``. ``chains``: chains per sampler run (members per ensemble); ``model``:
-    the network's ``width``, ``depth`` and ``latent`` where not the default."""
+    the network's ``width``, ``depth`` and ``latent`` where not the default; ``cuda_graph``:
+    TrainConfig's, for every run."""
     from .device import resolve_device
     from .report import write_report
 
     device = str(resolve_device(device))  # a bad or missing device fails before any work
     out = Path(out)
     scen = scenarios(problems, noises)
-    jobs = make_jobs(scen, methods, seeds, epochs, chains, model)
+    jobs = make_jobs(scen, methods, seeds, epochs, chains, model, cuda_graph)
     if executor == "local":  # before any data is written
         _check_workers(workers)
     ensure_data(out, scen)

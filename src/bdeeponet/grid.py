@@ -77,6 +77,8 @@ class Job:
     depth: int | None = None
     latent: int | None = None
     trunk_harmonics: int | None = None
+    # how a step runs, not what it computes: not in the run's name (config.EXECUTION_ONLY)
+    cuda_graph: bool = True
 
     def network(self) -> dict[str, int]:
         """The network's width, depth, latent dimension and trunk harmonics, TrainConfig's
@@ -91,7 +93,7 @@ class Job:
         from .config import TrainConfig
 
         return TrainConfig(method=self.method, epochs=self.epochs, seed=self.seed,
-                           chains=self.chains, **self.model_size())
+                           chains=self.chains, cuda_graph=self.cuda_graph, **self.model_size())
 
     def model_size(self) -> dict[str, int]:
         """The sizes that differ from TrainConfig's defaults: what names the run apart (a

@@ -18,7 +18,7 @@ def test_a_failed_recording_stops_the_run_with_what_to_do():
         raise RuntimeError("operation not permitted when stream is capturing\nmore")
 
     with pytest.raises(RecordingFailed, match=r"capturing\); run the same command with "
-                                              r"--no-cuda-graph \(add --resume"):
+                                              r"--no-cuda-graph \(train: add --resume"):
         captured({}, "shape", build)
 
 

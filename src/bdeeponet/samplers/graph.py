@@ -82,6 +82,6 @@ def captured(cache: dict, key, build: Callable[[], CapturedStep]) -> CapturedSte
             first = (str(exc).strip().splitlines() or [""])[0]
             raise RecordingFailed(
                 f"the sampling step could not be recorded in a CUDA graph ({type(exc).__name__}"
-                f": {first}); run the same command with --no-cuda-graph (add --resume to go on "
-                "from the checkpoint)") from exc
+                f": {first}); run the same command with --no-cuda-graph (train: add --resume to "
+                "go on from the checkpoint; reproduce goes on by itself)") from exc
     return cache[key]
