@@ -571,7 +571,7 @@ def test_a_band_whose_spread_the_error_does_not_follow_is_fitted_level_by_level(
     Student-t scale is fitted by the held-out likelihood, which learns it where the spread
     is large, and the calibrated band covers 67-91% at 95% (the control: no grid lines, so
     no spread check). With the grid, :func:`spread_check` flags the band in at least 16 of
-    20 draws (measured 19), and the band fitted level by level covers fresh clean truths
+    20 draws (measured 20), and the band fitted level by level covers fresh clean truths
     (400 functions) within 3 points of 95% in at least 16 (measured 19); the control in at
     most 4 (measured 0)."""
     y = np.linspace(0, 1, 100)[:, None]

@@ -118,9 +118,6 @@ def fit_calibration(mean, std, s_noisy, noise_std: float, levels=NOMINAL_LEVELS,
         else:  # (next to) no held-out functions: the Gaussian union bound
             quantiles.append(_bonferroni(level, r.shape[1]))
             union = True
-    # a higher level's band is never narrower
-    order = np.argsort(levels)
-    quantiles = np.asarray(quantiles)
-    quantiles[order] = np.maximum.accumulate(quantiles[order])
+    quantiles = np.maximum.accumulate(quantiles)  # a higher level's band is never narrower
     return Calibration(tuple(levels), scales, tuple(map(float, quantiles)), len(scores), consistent,
                        likelihood, spread_z, None if union else FUNCTION_CONFIDENCE)
