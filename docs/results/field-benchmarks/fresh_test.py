@@ -8,7 +8,8 @@ inputs than the benchmark's). Each is observed once with the benchmark's σ (tha
 `darcy-85.npz`), and each run's band is computed at 50/80/90/95% from one prediction.
 Prints one JSON line per run: e2 and the coverage (%) of the observation band (of the noisy
 observations, ± its standard error clustered by function) and of the solution band (of the
-clean truths).
+clean truths), and the observation band's coverage of the noisy targets of the run's own
+held-out functions, the sample it was fitted on (``held_out_*``).
 
 Run: python docs/results/field-benchmarks/fresh_test.py FRESH.npz WORK/darcy-85.npz RUN ...
 """
@@ -23,20 +24,27 @@ import torch
 
 from bdeeponet import load_run
 from bdeeponet.calibration import Calibration, bands
+from bdeeponet.data import load
+from bdeeponet.train import split_calibration
 
 LEVELS = (0.5, 0.8, 0.9, 0.95)
 
 
 def main(fresh_path: str, data_path: str, runs: list[str]) -> None:
     torch.set_num_threads(1)
-    fresh, sigma = np.load(fresh_path), float(np.load(data_path)["noise_std"])
+    fresh, data = np.load(fresh_path), load(data_path)
+    sigma = float(data.noise_std)
     u, s, y = fresh["u_test"], fresh["s_test"], fresh["y"]
     observed = s + sigma * np.random.default_rng(5).standard_normal(s.shape)
     for run_dir in runs:
-        post = load_run(run_dir).posterior
+        run = load_run(run_dir)
+        post = run.posterior
         pred = post.predict(u, y, seed=0)
         mean, std, dof = (pred[k].numpy() for k in ("mean", "raw_std", "dof"))
         cal = Calibration.from_dict(post.calibration)
+        _, (u_held, s_held) = split_calibration(data, run.config)
+        held = post.predict(u_held, data.y, seed=0)
+        held_mean, held_std, held_dof = (held[k].numpy() for k in ("mean", "raw_std", "dof"))
         err = np.linalg.norm(mean - s, axis=1) / np.linalg.norm(s, axis=1)
         row = {"run": run_dir.rstrip("/").rsplit("/", 1)[-1], "e2": round(100 * err.mean(), 3)}
         for level in LEVELS:
@@ -46,6 +54,11 @@ def main(fresh_path: str, data_path: str, runs: list[str]) -> None:
             row[f"observation_se_{level}"] = round(float(obs.std(ddof=1) / np.sqrt(len(obs))), 2)
             row[f"solution_{level}"] = round(100 * float(np.mean((s >= b["lower"])
                                                                  & (s <= b["upper"]))), 2)
+            h = bands(held_mean, held_std, sigma, cal, level, level, held_dof)
+            inside = 100 * np.mean((s_held >= h["obs_lower"]) & (s_held <= h["obs_upper"]), 1)
+            row[f"held_out_{level}"] = round(float(inside.mean()), 2)
+            row[f"held_out_se_{level}"] = round(float(inside.std(ddof=1)
+                                                      / np.sqrt(len(inside))), 2)
         print(json.dumps(row), flush=True)
 
 
