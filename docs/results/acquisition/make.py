@@ -1,8 +1,9 @@
 """Learning curves: which inputs to simulate next, chosen by the posterior (`acquire`)
 against chosen at random.
 
-A pool of 2000 candidate inputs and a test set of 200, each drawn in equal parts from RBF
-GRFs of length scales 0.05, 0.1, 0.2 and 0.4 (where what to simulate next matters). Both
+A pool of 2000 candidate inputs and a test set of 200, each drawn from RBF GRFs of length
+scales 0.05, 0.1, 0.2 and 0.4 (where what to simulate next matters), in equal parts or in
+the shares ``--weights`` gives (both sets alike). Both
 strategies start from the same 100 random pool functions; then each trains `train` at its
 defaults (m-reSGLD, one chain, one torch thread) and grows to 200, 300, 500 and 800
 functions. Active: the next functions are `acquire`'s picks (``--criterion``) for the run
@@ -18,7 +19,8 @@ Writes the rows to ``--out`` (CSV); ``summarise(paths)`` makes results.md and
 learning-curves.png beside this file from one or more of them.
 
 Run: python docs/results/acquisition/make.py [--problems darcy pendulum] [--seeds 0 1 2]
-     [--strategies active random oracle] [--criterion reduction] [--steps S] [--out F.csv]
+     [--strategies active random oracle] [--criterion reduction] [--steps S]
+     [--weights W0.05 W0.1 W0.2 W0.4] [--out F.csv]
 """
 
 from __future__ import annotations
@@ -41,23 +43,33 @@ SCALES = (0.05, 0.1, 0.2, 0.4)
 SIZES = (100, 200, 300, 500, 800)
 
 
-def mixture(problem, n_each: int, rng):
-    """Inputs at 100 sensors and clean solutions, n_each from each length scale."""
+def counts(total: int, weights) -> list[int]:
+    """``total`` split over the length scales in proportion to ``weights`` (rounded, the
+    largest share taking the remainder)."""
+    w = np.asarray(weights, dtype=float) / np.sum(weights)
+    n = [int(round(total * x)) for x in w]
+    n[int(np.argmax(w))] += total - sum(n)
+    return n
+
+
+def mixture(problem, n_each, rng):
+    """Inputs at 100 sensors, clean solutions and each function's length scale:
+    ``n_each[i]`` functions from length scale ``SCALES[i]``."""
     x = fine_grid(100)
-    u = np.vstack([rbf_grf(x, n_each, rng, length_scale=ls) for ls in SCALES])
-    return u[:, :: (x.size - 1) // 99], problem.solve(x, u)
+    u = np.vstack([rbf_grf(x, n, rng, length_scale=ls) for n, ls in zip(n_each, SCALES,
+                                                                         strict=True)])
+    return u[:, :: (x.size - 1) // 99], problem.solve(x, u), np.repeat(SCALES, n_each)
 
 
 def curve(name: str, seed: int, strategy: str, pool, test, y, sd, steps=None,
-          criterion=CRITERIA[0], error=ERRORS[0]) -> list[dict]:
+          criterion=CRITERIA[0], error=ERRORS[0], weights="1:1:1:1") -> list[dict]:
     """One learning curve. ``steps``: each run trains that many minibatch steps (epochs =
     steps / batches per epoch) instead of ``train``'s default 2000 epochs, whose step count
     grows with the training set."""
     rng = np.random.default_rng([seed, 7])
-    u_pool, s_pool = pool
+    u_pool, s_pool, scale_of = pool
     noisy = s_pool + sd * np.random.default_rng([seed, 11]).standard_normal(s_pool.shape)
     chosen = list(rng.choice(len(u_pool), SIZES[0], replace=False))
-    scale_of = np.repeat(SCALES, len(u_pool) // len(SCALES))  # the pool's blocks
     rows = []
     for size, nxt in zip(SIZES, SIZES[1:] + (None,), strict=True):
         data = OperatorData(u_pool[chosen], noisy[chosen], test[0], test[1], y,
@@ -70,13 +82,13 @@ def curve(name: str, seed: int, strategy: str, pool, test, y, sd, steps=None,
         p = predict(result, test[0], y, device="cpu")
         err = np.linalg.norm(p["mean"] - test[1], axis=1) / np.linalg.norm(test[1], axis=1)
         inside = (test[1] >= p["lower"]) & (test[1] <= p["upper"])
-        rows.append({"problem": name, "steps": steps or "default", "seed": seed,
+        rows.append({"problem": name, "steps": steps or "default", "mixture": weights,
+                     "seed": seed,
                      "strategy": f"active-{criterion}-{error}" if strategy == "active" else
                      strategy,
                      "n": size, "e2": 100 * float(err.mean()),
                      "coverage95": 100 * float(inside.mean()),
-                     **{f"e2_l{ls}": 100 * float(e.mean())  # the test set's blocks
-                        for ls, e in zip(SCALES, np.split(err, len(SCALES)), strict=True)},
+                     **{f"e2_l{ls}": 100 * float(err[test[2] == ls].mean()) for ls in SCALES},
                      **{f"picked_l{ls}": int(np.sum(scale_of[chosen] == ls)) for ls in SCALES}})
         print(rows[-1], flush=True)
         if nxt is None:
@@ -105,19 +117,26 @@ def main() -> None:
     ap.add_argument("--error", choices=ERRORS, default=ERRORS[0])
     ap.add_argument("--steps", type=int, default=None,
                     help="minibatch steps of every run (default: train's 2000 epochs)")
+    ap.add_argument("--weights", nargs=4, type=float, default=[1, 1, 1, 1],
+                    metavar=("W0.05", "W0.1", "W0.2", "W0.4"),
+                    help="the length scales' shares of the pool and of the test set "
+                         "(default: equal parts)")
     args = ap.parse_args()
+    if min(args.weights) <= 0:
+        ap.error("--weights must all be > 0 (each length scale in the pool and the test set)")
     torch.set_num_threads(1)
     rows = []
     for name in args.problems:
         problem = get_problem(name)
-        pool = mixture(problem, 500, np.random.default_rng(100))
-        test = mixture(problem, 50, np.random.default_rng(101))
+        pool = mixture(problem, counts(2000, args.weights), np.random.default_rng(100))
+        test = mixture(problem, counts(200, args.weights), np.random.default_rng(101))
+        weights = ":".join(f"{w:g}" for w in args.weights)
         noise, relative = NOISE[name]
         sd = noise * float(pool[1].std()) if relative else noise
         for seed in args.seeds:
             for strategy in args.strategies:
                 rows += curve(name, seed, strategy, pool, test, problem.query_points(), sd,
-                              args.steps, args.criterion, args.error)
+                              args.steps, args.criterion, args.error, weights)
     with open(args.out, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
@@ -128,12 +147,14 @@ def summarise(paths) -> None:
     """results.md and learning-curves.png from one or more curves CSVs: per problem and
     step budget, each strategy's e2 (mean ± sd over seeds) against the training set size."""
     rows = [r for p in paths for r in csv.DictReader(open(p))]
-    panels = list(dict.fromkeys((r["problem"], r["steps"]) for r in rows))
-    lines = ["| problem | steps | strategy | " + " | ".join(f"n = {n}" for n in SIZES) + " |",
-             "|---|---|---|" + "---|" * len(SIZES)]
+    for r in rows:  # files written before --weights drew equal parts
+        r["mixture"] = r.get("mixture") or "1:1:1:1"
+    panels = list(dict.fromkeys((r["problem"], r["steps"], r["mixture"]) for r in rows))
+    lines = ["| problem | steps | pool | strategy | " + " | ".join(f"n = {n}" for n in SIZES)
+             + " |", "|---|---|---|---|" + "---|" * len(SIZES)]
     stats = {}
     for panel in panels:
-        mine = [r for r in rows if (r["problem"], r["steps"]) == panel]
+        mine = [r for r in rows if (r["problem"], r["steps"], r["mixture"]) == panel]
         for strategy in dict.fromkeys(r["strategy"] for r in mine):
             cells = []
             for n in SIZES:
@@ -142,11 +163,13 @@ def summarise(paths) -> None:
                 c = [float(r["coverage95"]) for r in at]
                 stats[panel, strategy, n] = (np.mean(e), np.std(e))
                 cells.append(f"{np.mean(e):.2f} ± {np.std(e):.2f} ({np.mean(c):.0f}%)")
-            lines.append(f"| {panel[0]} | {panel[1]} | {strategy} | " + " | ".join(cells) + " |")
+            lines.append(f"| {panel[0]} | {panel[1]} | {panel[2]} | {strategy} | "
+                         + " | ".join(cells) + " |")
     (HERE / "results.md").write_text(
         "e2 (%) of the posterior mean on the mixed test set, mean ± sd over seeds "
         "(95% solution band's coverage). steps: minibatch steps of every run, or `train`'s "
-        "default 2000 epochs:\n\n" + "\n".join(lines) + "\n")
+        "default 2000 epochs; pool: the shares of length scales 0.05, 0.1, 0.2 and 0.4 in "
+        "the pool and the test set:\n\n" + "\n".join(lines) + "\n")
 
     import matplotlib
 
@@ -162,8 +185,9 @@ def summarise(paths) -> None:
             ax.errorbar(SIZES, m, yerr=sd, marker="o", capsize=3, label=strategy,
                         color=f"C{names.index(strategy)}")
         steps = "2000 epochs" if panel[1] == "default" else f"{int(panel[1])} steps"
+        pool = "" if panel[2] == "1:1:1:1" else f", pool {panel[2]}"
         ax.set(xscale="log", yscale="log", xlabel="training functions",
-               ylabel="test e2 (%)", title=f"{panel[0]}, {steps}")
+               ylabel="test e2 (%)", title=f"{panel[0]}, {steps}{pool}")
         ax.set_xticks(SIZES, [str(n) for n in SIZES])
         ax.tick_params(axis="x", which="minor", labelbottom=False)
         ax.legend(fontsize=8)
