@@ -124,6 +124,36 @@ def test_train_warns_from_python_as_the_command_line_does(data):
     assert "the 4 chains disagree" in run_warnings({"convergence": {"rhat": 1.5}}, config, 4)[0]
 
 
+def test_predict_warns_from_python_as_the_command_line_does(tmp_path):
+    """``predict``'s warnings (inputs unlike the training ones, query points beyond the
+    training range) were printed by the command line alone; from Python a band that may
+    not hold now says so too. Inputs like the training ones at the training points: none."""
+    import warnings
+
+    from bdeeponet import predict
+    from bdeeponet.advice import RunWarning
+
+    data = generate(get_problem("antiderivative"), 0.01, np.random.default_rng(1),
+                    n_train=250, n_test=5)  # 25 held out: enough to flag at 5%
+    train(data, TrainConfig(**TINY), out=tmp_path / "run")
+    run = load_run(tmp_path / "run")
+
+    def issued(u, y):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = predict(run, u, y)
+        return out, [str(w.message) for w in caught if issubclass(w.category, RunWarning)]
+
+    _, none = issued(data.u_test[:2], data.y)
+    assert none == []
+    out, lines = issued(np.vstack([data.u_test[:1], 50 * data.u_test[1:2]]), 2 * data.y)
+    assert out["novel"].tolist() == [False, True]
+    assert any(line.startswith("1 of 2 inputs (50%) are unlike the training inputs")
+               for line in lines), lines
+    assert any("query points lie outside the training points' range" in line
+               for line in lines), lines
+
+
 def test_the_sampling_phase_is_timed_apart(data):
     """timing.json's sampling_sec_per_iter covers the epochs after burn-in alone."""
     result = train(data, TrainConfig(**TINY))

@@ -1,11 +1,16 @@
-"""What a finished run's diagnostics advise: the warning lines of ``train``.
+"""What a finished run's diagnostics advise: the warning lines of ``train`` and ``predict``.
 
-``train`` records them in ``metrics["warnings"]`` (so does ``calibrate``, whose refit can
-change them), issues each from Python as a :class:`RunWarning`, and the command line prints
-each as ``warning: ...``. A line says what a diagnostic found and what to do about it.
+``train`` records its lines in ``metrics["warnings"]`` (so does ``calibrate``, whose refit can
+change them); ``train`` and ``predict`` issue each from Python as a :class:`RunWarning`, and
+the command line prints each as ``warning: ...``. A line says what a diagnostic found and
+what to do about it.
 """
 
 from __future__ import annotations
+
+import math
+
+import numpy as np
 
 from .calibration.scales import CLAIM_POINTS, pinning_se, scale_settled, spread_off
 
@@ -98,3 +103,45 @@ def check_message(check: dict) -> str:
     return (f"the {n} held-out functions cannot check this band: any scale of it from "
             f"{k[0]:.2g} to {k[1]:.2g} fits them (the noise hides the error), so its coverage "
             "rests on the posterior itself")
+
+
+def prediction_warnings(calibration: dict | None, novelty, novel: np.ndarray,
+                        false_alarm: float, y: np.ndarray, trained_y: np.ndarray | None,
+                        periodic=()) -> list[str]:
+    """The warning lines of a prediction at the points ``y`` (P, d) by a run whose posterior
+    holds ``calibration`` (its dict) and ``novelty`` (:class:`~.novelty.Novelty` or None),
+    with ``novel`` (n,) its flags at ``false_alarm``; ``trained_y`` the run's training query
+    points (None: not known), ``periodic`` its ``(coordinate, period)`` pairs."""
+    out, cal = [], calibration or {}
+    if "function_confidence" in cal and cal["function_confidence"] is None:
+        out.append("the run holds too few held-out functions (under 10) to fit its "
+                   "function-level band: it is the Gaussian union bound, with no stated "
+                   "confidence (--calibration sets the fraction held out)")
+    if cal.get("quantiles") is not None and "function_confidence" not in cal:
+        out.append("the run was calibrated before 2026-11-29: its function-level band covers "
+                   "its level in at most 90% of held-out draws, not 99%; `bdeeponet calibrate "
+                   "RUN DATA` refits it")
+    if trained_y is not None and y.ndim == 2 and y.shape[1] == trained_y.shape[1]:
+        cols = [j for j in range(y.shape[1]) if j not in {j for j, _ in periodic}]
+        lo, hi = trained_y.min(axis=0), trained_y.max(axis=0)
+        slack = 1e-9 * np.maximum(hi - lo, 1.0)
+        outside = np.zeros(len(y), dtype=bool)
+        for j in cols:
+            outside |= (y[:, j] < lo[j] - slack[j]) | (y[:, j] > hi[j] + slack[j])
+        if outside.any():
+            ranges = ", ".join(f"y{j} in [{lo[j]:g}, {hi[j]:g}]" for j in cols)
+            out.append(f"{int(outside.sum())} of {len(y)} query points lie outside the "
+                       f"training points' range ({ranges}): the trunk extrapolates there, and "
+                       "the bands were calibrated on the training points only")
+    if novelty is None:
+        out.append("the run has no held-out functions (calibration = 0): novelty is not "
+                   "scored")
+    elif math.isinf(novelty.threshold(false_alarm)):
+        out.append(f"the run's {novelty.held_out.size} held-out functions are too few to flag "
+                   f"inputs at a {false_alarm:g} false-alarm rate (it needs at least "
+                   f"{math.ceil(1 / false_alarm) - 1}); novelty is not scored (NaN)")
+    elif novel.any():
+        out.append(f"{int(novel.sum())} of {len(novel)} inputs ({100 * novel.mean():.0f}%) are "
+                   f"unlike the training inputs (flagged at a {false_alarm:g} false-alarm "
+                   "rate): their bands may not hold")
+    return out

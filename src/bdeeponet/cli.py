@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import os
 import sys
 import warnings
@@ -500,6 +499,7 @@ def cmd_train(args) -> None:
 
 
 def cmd_predict(args) -> None:
+    from .advice import RunWarning
     from .io import atomic_write
     from .run import load_run, predict
 
@@ -511,8 +511,10 @@ def cmd_predict(args) -> None:
         raise UsageError(f"{args.input}: missing key 'u' (input functions, shape (n, m))")
     u = arrays["u"]
     y = arrays["y"] if "y" in arrays else _run_query_points(run)
-    out = predict(run, u, y, args.level, args.function_level, device=args.device,
-                  false_alarm=args.false_alarm)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RunWarning)
+        out = predict(run, u, y, args.level, args.function_level, device=args.device,
+                      false_alarm=args.false_alarm)
     cal = run.posterior.calibration or {}
     meta = json.dumps({"level": args.level, "function_level": args.function_level,
                        "noise_std": run.posterior.noise_std, "false_alarm": args.false_alarm,
@@ -522,29 +524,11 @@ def cmd_predict(args) -> None:
     print(f"wrote {args.out}: {', '.join(out)} (each (n, P) = {out['mean'].shape}, novelty "
           f"and novel (n,)); bands at {args.level:g}, whole trajectories at "
           f"{args.function_level:g}")
-    if "function_confidence" in cal and cal["function_confidence"] is None:
-        print(f"warning: {args.run} holds too few held-out functions (under 10) to fit its "
-              "function-level band: it is the Gaussian union bound, with no stated confidence "
-              "(--calibration sets the fraction held out)", file=sys.stderr)
-    if cal.get("quantiles") is not None and "function_confidence" not in cal:
-        print(f"warning: {args.run} was calibrated before 2026-11-29: its function-level band "
-              "covers its level in at most 90% of held-out draws, not 99%; `bdeeponet "
-              "calibrate RUN DATA` refits it", file=sys.stderr)
-    if "y" in arrays:
-        _warn_outside(run, np.asarray(y, dtype=np.float64))
-    novelty = run.posterior.novelty
-    if novelty is None:
-        print("warning: the run has no held-out functions (calibration = 0): novelty is not "
-              "scored", file=sys.stderr)
-    elif math.isinf(novelty.threshold(args.false_alarm)):
-        print(f"warning: the run's {novelty.held_out.size} held-out functions are too few to "
-              f"flag inputs at a {args.false_alarm:g} false-alarm rate (it needs at least "
-              f"{math.ceil(1 / args.false_alarm) - 1}); novelty is not scored (NaN)", file=sys.stderr)
-    elif out["novel"].any():
-        print(f"warning: {int(out['novel'].sum())} of {len(u)} inputs "
-              f"({100 * out['novel'].mean():.0f}%) are unlike the training inputs (flagged at a "
-              f"{args.false_alarm:g} false-alarm rate): their bands may not hold",
-              file=sys.stderr)
+    for w in caught:
+        if issubclass(w.category, RunWarning):
+            print(f"warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def _read_inputs(path: str, keys) -> dict[str, np.ndarray]:
@@ -559,26 +543,6 @@ def _read_inputs(path: str, keys) -> dict[str, np.ndarray]:
         found = read_arrays(path, keys)
     # a MATLAB logical (or numpy bool) field is 0/1, as `import` reads it for training
     return {k: v.astype(np.float64) if v.dtype == bool else v for k, v in found.items()}
-
-
-def _warn_outside(run, y: np.ndarray) -> None:
-    """One warning line when query points lie beyond the range of the training ones in a
-    non-periodic coordinate: the trunk extrapolates there, and nothing calibrated its band."""
-    trained = _saved_query_points(run)
-    if trained is None or y.ndim != 2:
-        return
-    periodic = {j for j, _ in getattr(getattr(run.posterior, "config", None), "periodic", ())}
-    lo, hi = trained.min(axis=0), trained.max(axis=0)
-    slack = 1e-9 * np.maximum(hi - lo, 1.0)
-    cols = [j for j in range(y.shape[1]) if j not in periodic]
-    outside = np.zeros(len(y), dtype=bool)
-    for j in cols:
-        outside |= (y[:, j] < lo[j] - slack[j]) | (y[:, j] > hi[j] + slack[j])
-    if outside.any():
-        ranges = ", ".join(f"y{j} in [{lo[j]:g}, {hi[j]:g}]" for j in cols)
-        print(f"warning: {int(outside.sum())} of {len(y)} query points lie outside the "
-              f"training points' range ({ranges}): the trunk extrapolates there, and the bands "
-              "were calibrated on the training points only", file=sys.stderr)
 
 
 def _saved_query_points(run) -> np.ndarray | None:

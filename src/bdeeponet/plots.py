@@ -295,7 +295,7 @@ def scenario_figures(out: Path, problem: str, noise: float, records: dict, metho
     data = load(data_path(out, problem, noise))
     panels = {}
     for m, rec in first.items():
-        pred = predict(load_run(rec["dir"]), data.u_test[:1], data.y)
+        pred = predict(load_run(rec["dir"]), data.u_test[:1], data.y, warn=False)
         panels[m] = {k: v[0] for k, v in pred.items()}
     figs.append(plot_bands(data.y, data.s_test[0], panels, figdir / f"{name}-bands.png", title,
                            coordinate_names(data.meta, data.y.shape[1])))

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import pickle
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from .advice import RunWarning, prediction_warnings
 from .calibration import Calibration, bands, coverage_table, observed_trajectories
 from .config import TrainConfig
 from .data import OperatorData, input_array
@@ -81,12 +83,15 @@ def as_run(run) -> Run:
 
 def predict(run: Run, u, y, level: float = 0.95, function_level: float = 0.95,
             device: torch.device | str | None = "auto",
-            false_alarm: float = DEFAULT_FALSE_ALARM) -> dict[str, np.ndarray]:
+            false_alarm: float = DEFAULT_FALSE_ALARM, warn: bool = True) -> dict[str, np.ndarray]:
     """The prediction for inputs u (n, m) at points y (P, d), each (n, P): ``mean``, ``std``
     and the bands of :mod:`.calibration` (``lower``/``upper``: the solution at ``level``;
     ``obs_*``: a new measurement; ``sim_*``: the whole trajectory at ``function_level``);
     per function (n,), ``novelty`` and ``novel`` (:mod:`.novelty`: flagged at the
-    ``false_alarm`` rate; NaN and False for a run without held-out functions)."""
+    ``false_alarm`` rate; NaN and False for a run without held-out functions).
+    With ``warn``, each line of :func:`~.advice.prediction_warnings` (inputs unlike the
+    training ones, query points beyond the training range, ...) is issued as a
+    :class:`~.advice.RunWarning`."""
     run = as_run(run)
     check_false_alarm(false_alarm)
     u = input_array("'u'", u, run.n_sensors, "n", "the run's sensor count")
@@ -102,6 +107,14 @@ def predict(run: Run, u, y, level: float = 0.95, function_level: float = 0.95,
         result["novelty"], result["novel"] = np.full(len(u), np.nan), np.zeros(len(u), bool)
     else:
         result["novelty"], result["novel"] = post.novelty.score(u, false_alarm)
+    if warn:
+        trained = run.path / "query_points.npy" if run.path is not None else None
+        lines = prediction_warnings(
+            post.calibration, post.novelty, result["novel"], false_alarm, y,
+            np.load(trained) if trained is not None and trained.exists() else None,
+            getattr(getattr(post, "config", None), "periodic", ()))
+        for line in lines:
+            warnings.warn(line, RunWarning, stacklevel=2)
     return result
 
 
@@ -113,7 +126,7 @@ def evaluate(run: Run, data: OperatorData, device: torch.device | str | None = "
     if not isinstance(data, OperatorData):
         raise TypeError(f"data must be an OperatorData (bdeeponet.load(path) reads a data "
                         f"file), got {type(data).__name__}")
-    pred = predict(run, data.u_test, data.y, device=device)
+    pred = predict(run, data.u_test, data.y, device=device, warn=False)
     return test_metrics(pred["mean"], pred["raw_std"], data, run.posterior, pred["dof"],
                         seed=run.config.seed)
 
