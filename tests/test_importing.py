@@ -216,6 +216,22 @@ def test_bad_files_are_refused(tmp_path):
         import_file(tmp_path / "folder.mat", input_key="a", output_key="u")
 
 
+def test_a_truncated_mat_file_is_named_truncated(tmp_path):
+    """scipy's whosmat stops quietly where a truncated v5 file ends, so the missing key was
+    reported as absent ("not found (keys: a)"); the file's own element tags say it ends
+    early. A whole file, compressed or not, reads as before."""
+    a, u = _fields()
+    for compress in (False, True):
+        whole = tmp_path / f"whole{compress}.mat"
+        scipy.io.savemat(whole, {"a": a, "u": u}, do_compression=compress)
+        assert import_file(whole, input_key="a", output_key="u").n_train > 0
+        cut = tmp_path / f"cut{compress}.mat"
+        raw = whole.read_bytes()
+        cut.write_bytes(raw[: len(raw) // 3])  # inside 'a': 'u' is never reached
+        with pytest.raises(ImportDataError, match=f"cut{compress}.mat is truncated"):
+            import_file(cut, input_key="u", output_key="a")  # was: 'u' not found (keys: a)
+
+
 def test_measured_outputs_record_their_noise_sd_and_keep_their_values(npz):
     """``noise_std``: the outputs are measurements; their σ is recorded for training,
     nothing is added, and no clean targets are claimed. With ``noise`` it is refused."""

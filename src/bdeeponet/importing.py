@@ -22,6 +22,7 @@ import io
 import math
 import numbers
 import os
+import struct
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -371,12 +372,40 @@ def _mat_variables(path: Path) -> dict[str, str]:
         major, _ = scipy.io.matlab.matfile_version(os.fspath(path))
         if major != 1:
             raise ImportDataError(f"{path.name} is a MATLAB v4 file; only v5 and v7.3 are read")
-        return {name: cls for name, _, cls in scipy.io.whosmat(os.fspath(path))}
+        variables = {name: cls for name, _, cls in scipy.io.whosmat(os.fspath(path))}
+        if not _v5_complete(path):  # whosmat stops quietly where a truncated file ends
+            raise ImportDataError(f"{path.name} is truncated: its last variable ends past the "
+                                  f"end of the file ({path.stat().st_size} bytes)")
+        return variables
     except ImportDataError:
         raise
     except Exception as exc:  # scipy raises several types for a file it cannot parse
         raise ImportDataError(f"{path.name} is neither a MATLAB v5 nor a v7.3 (HDF5) file "
                               f"({exc})") from None
+
+
+def _v5_complete(path: Path) -> bool:
+    """Whether the data elements of a MATLAB v5 file, tag after tag from byte 128, end
+    within the file (an 8-byte tag: type and size; a matrix padded to 8 bytes, a compressed
+    element not; a tag whose first word's upper half is set is a whole small element)."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(128)
+        order = "<" if head[126:128] == b"IM" else ">"
+        pos = 128
+        while pos < size:
+            fh.seek(pos)
+            tag = fh.read(8)
+            if len(tag) < 8:
+                return False
+            kind, nbytes = struct.unpack(order + "II", tag)
+            if kind >> 16:
+                pos += 8
+                continue
+            if pos + 8 + nbytes > size:
+                return False
+            pos += 8 + nbytes + (0 if kind == 15 else -nbytes % 8)
+    return True
 
 
 def _mat_get(path: Path, variables, key, option) -> np.ndarray:
