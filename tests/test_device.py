@@ -92,3 +92,18 @@ def test_the_replayed_sampling_step_is_the_eager_one(small, chains, monkeypatch)
     assert n_replays == 3 * (CONF["epochs"] - CONF["burn_in"]) and len(replays) == n_replays
     assert torch.allclose(graphed.posterior.samples, eager.posterior.samples, rtol=1e-4,
                           atol=1e-5)
+
+
+@needs_gpu
+@pytest.mark.parametrize("method", ["sgld", "mresgld"])
+def test_a_gpu_run_resumes_from_its_checkpoint(small, method, tmp_path):
+    """A resume on the GPU reads the checkpoint's generator state back as the CPU byte
+    tensor a CUDA generator takes (it raised in set_state) and keeps the samples on the
+    CPU; the run it finishes is the one never interrupted."""
+    conf = TrainConfig(method=method, checkpoint_every=3, **CONF)
+    first = train(small, conf, tmp_path / "run", device="cuda")
+    for name in ("metrics.json", "posterior.pt"):  # as if killed after the last checkpoint
+        (tmp_path / "run" / name).unlink()
+    again = train(small, conf, tmp_path / "run", resume=True, device="cuda")
+    assert again.posterior.samples.device.type == "cpu"
+    assert torch.allclose(first.posterior.samples, again.posterior.samples, rtol=1e-4, atol=1e-5)
