@@ -701,10 +701,12 @@ def test_calibrate_refits_a_finished_run(capsys, tmp_path, runs, data_file):
     del state["calibration"]["function_confidence"]
     torch.save(state, run / "posterior.pt")
     rc, _, err = cli(capsys, "predict", run, u, "--out", tmp_path / "p.npz")
-    assert rc == 0 and "calibrated before 2026-11-29" in err and "bdeeponet calibrate" in err
+    assert rc == 0 and f"warning: {run} was calibrated before 2026-11-29" in err
+    assert "bdeeponet calibrate" in err
     assert cli(capsys, "calibrate", run, data_file)[0] == 0
     rc, _, err = cli(capsys, "predict", run, u, "--out", tmp_path / "p.npz")
     assert rc == 0 and "calibrated before" not in err
+    assert f"warning: {run} holds too few held-out functions (under 10)" in err
     with np.load(tmp_path / "p.npz") as z:
         assert json.loads(str(z["meta"]))["function_confidence"] is None
     # a run without held-out functions cannot be calibrated

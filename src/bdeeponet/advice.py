@@ -107,18 +107,19 @@ def check_message(check: dict) -> str:
 
 def prediction_warnings(calibration: dict | None, novelty, novel: np.ndarray,
                         false_alarm: float, y: np.ndarray, trained_y: np.ndarray | None,
-                        periodic=()) -> list[str]:
-    """The warning lines of a prediction at the points ``y`` (P, d) by a run whose posterior
-    holds ``calibration`` (its dict) and ``novelty`` (:class:`~.novelty.Novelty` or None),
-    with ``novel`` (n,) its flags at ``false_alarm``; ``trained_y`` the run's training query
-    points (None: not known), ``periodic`` its ``(coordinate, period)`` pairs."""
+                        periodic=(), name: str = "the run") -> list[str]:
+    """The warning lines of a prediction at the points ``y`` (P, d) by the run ``name``
+    whose posterior holds ``calibration`` (its dict) and ``novelty``
+    (:class:`~.novelty.Novelty` or None), with ``novel`` (n,) its flags at ``false_alarm``;
+    ``trained_y`` the run's training query points (None: not known), ``periodic`` its
+    ``(coordinate, period)`` pairs."""
     out, cal = [], calibration or {}
     if "function_confidence" in cal and cal["function_confidence"] is None:
-        out.append("the run holds too few held-out functions (under 10) to fit its "
+        out.append(f"{name} holds too few held-out functions (under 10) to fit its "
                    "function-level band: it is the Gaussian union bound, with no stated "
                    "confidence (--calibration sets the fraction held out)")
     if cal.get("quantiles") is not None and "function_confidence" not in cal:
-        out.append("the run was calibrated before 2026-11-29: its function-level band covers "
+        out.append(f"{name} was calibrated before 2026-11-29: its function-level band covers "
                    "its level in at most 90% of held-out draws, not 99%; `bdeeponet calibrate "
                    "RUN DATA` refits it")
     if trained_y is not None and y.ndim == 2 and y.shape[1] == trained_y.shape[1]:

@@ -25,13 +25,15 @@ class UsageError(Exception):
 
 class _Help(argparse.RawDescriptionHelpFormatter):
     """Appends ``(default: X)`` to an option's help unless it says its default itself or
-    has none worth showing (None, or off for a switch)."""
+    has none worth showing (None, or off for a switch, or on for a switch that turns it
+    off)."""
 
     def _get_help_string(self, action):
         text = action.help or ""
         # by identity: 0 == False, and a default of 0 (--seed) is a default to show
         if "default" in text or any(action.default is v for v in (None, False, argparse.SUPPRESS)) \
-                or action.default == [] or not action.option_strings:
+                or action.default == [] or not action.option_strings \
+                or isinstance(action, argparse._StoreFalseAction):
             return text
         shown = " ".join(map(str, action.default)) if isinstance(action.default, list) \
             else action.default
@@ -511,8 +513,18 @@ def cmd_predict(args) -> None:
         raise UsageError(f"{args.input}: missing key 'u' (input functions, shape (n, m))")
     u = arrays["u"]
     y = arrays["y"] if "y" in arrays else _run_query_points(run)
-    with warnings.catch_warnings(record=True) as caught:
+    caught = []  # predict's RunWarnings, printed after what was written; others as ever
+    with warnings.catch_warnings():
         warnings.simplefilter("always", RunWarning)
+        show = warnings.showwarning
+
+        def keep(message, category, *rest, **kwargs):
+            if issubclass(category, RunWarning):
+                caught.append(str(message))
+            else:
+                show(message, category, *rest, **kwargs)
+
+        warnings.showwarning = keep
         out = predict(run, u, y, args.level, args.function_level, device=args.device,
                       false_alarm=args.false_alarm)
     cal = run.posterior.calibration or {}
@@ -524,11 +536,8 @@ def cmd_predict(args) -> None:
     print(f"wrote {args.out}: {', '.join(out)} (each (n, P) = {out['mean'].shape}, novelty "
           f"and novel (n,)); bands at {args.level:g}, whole trajectories at "
           f"{args.function_level:g}")
-    for w in caught:
-        if issubclass(w.category, RunWarning):
-            print(f"warning: {w.message}", file=sys.stderr)
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    for line in caught:
+        print(f"warning: {line}", file=sys.stderr)
 
 
 def _read_inputs(path: str, keys) -> dict[str, np.ndarray]:

@@ -112,7 +112,8 @@ def predict(run: Run, u, y, level: float = 0.95, function_level: float = 0.95,
         lines = prediction_warnings(
             post.calibration, post.novelty, result["novel"], false_alarm, y,
             np.load(trained) if trained is not None and trained.exists() else None,
-            getattr(getattr(post, "config", None), "periodic", ()))
+            getattr(getattr(post, "config", None), "periodic", ()),
+            "the run" if run.path is None else str(run.path))
         for line in lines:
             warnings.warn(line, RunWarning, stacklevel=2)
     return result

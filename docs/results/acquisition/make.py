@@ -79,7 +79,7 @@ def curve(name: str, seed: int, strategy: str, pool, test, y, sd, steps=None,
         if steps:
             config = TrainConfig(seed=seed, epochs=-(-steps // -(-size // config.batch_size)))
         result = train(data, config, device="cpu")
-        p = predict(result, test[0], y, device="cpu")
+        p = predict(result, test[0], y, device="cpu", warn=False)
         err = np.linalg.norm(p["mean"] - test[1], axis=1) / np.linalg.norm(test[1], axis=1)
         inside = (test[1] >= p["lower"]) & (test[1] <= p["upper"])
         rows.append({"problem": name, "steps": steps or "default", "mixture": weights,
@@ -98,7 +98,7 @@ def curve(name: str, seed: int, strategy: str, pool, test, y, sd, steps=None,
             picks, _ = acquire(result, u_pool[rest], nxt - size, y, criterion, error)
             chosen += list(rest[picks])
         elif strategy == "oracle":  # the largest actual errors: what no posterior can beat
-            m = predict(result, u_pool[rest], y, device="cpu")["mean"]
+            m = predict(result, u_pool[rest], y, device="cpu", warn=False)["mean"]
             worst = np.linalg.norm(m - s_pool[rest], axis=1) / np.linalg.norm(s_pool[rest], axis=1)
             chosen += list(rest[np.argsort(-worst, kind="stable")[: nxt - size]])
         else:
