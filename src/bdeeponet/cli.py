@@ -25,15 +25,13 @@ class UsageError(Exception):
 
 class _Help(argparse.RawDescriptionHelpFormatter):
     """Appends ``(default: X)`` to an option's help unless it says its default itself or
-    has none worth showing (None, or off for a switch, or on for a switch that turns it
-    off)."""
+    has none worth showing (None, or off for a switch)."""
 
     def _get_help_string(self, action):
         text = action.help or ""
         # by identity: 0 == False, and a default of 0 (--seed) is a default to show
         if "default" in text or any(action.default is v for v in (None, False, argparse.SUPPRESS)) \
-                or action.default == [] or not action.option_strings \
-                or isinstance(action, argparse._StoreFalseAction):
+                or action.default == [] or not action.option_strings:
             return text
         shown = " ".join(map(str, action.default)) if isinstance(action.default, list) \
             else action.default
@@ -198,7 +196,7 @@ def _add_reproduce(sub):
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false",
                    help="sgld with kfac on a CUDA device: take eager steps, not a CUDA graph's "
-                        "replays (the same draws)")
+                        "replays of them (the same draws; default: the replays)")
     _device_option(p)
     from .grid import MODEL_SIZE
 
@@ -554,14 +552,8 @@ def _read_inputs(path: str, keys) -> dict[str, np.ndarray]:
     return {k: v.astype(np.float64) if v.dtype == bool else v for k, v in found.items()}
 
 
-def _saved_query_points(run) -> np.ndarray | None:
-    """The training query points the run directory keeps (None where it keeps none)."""
-    path = run.path / "query_points.npy"
-    return np.load(path) if path.exists() else None
-
-
 def _run_query_points(run) -> np.ndarray:
-    y = _saved_query_points(run)
+    y = run.saved_query_points()
     if y is None:
         raise UsageError("the input has no 'y' and the run stores no default query points")
     return y

@@ -34,6 +34,12 @@ class Run:
     metrics: dict
     saved: dict  # config.json as written by train (settings, data meta and fingerprint)
 
+    def saved_query_points(self) -> np.ndarray | None:
+        """The training query points the run directory keeps (None: it keeps none, or the
+        run has no directory)."""
+        path = None if self.path is None else self.path / "query_points.npy"
+        return np.load(path) if path is not None and path.exists() else None
+
     @property
     def n_sensors(self) -> int:
         return self.posterior.n_sensors
@@ -108,11 +114,9 @@ def predict(run: Run, u, y, level: float = 0.95, function_level: float = 0.95,
     else:
         result["novelty"], result["novel"] = post.novelty.score(u, false_alarm)
     if warn:
-        trained = run.path / "query_points.npy" if run.path is not None else None
         lines = prediction_warnings(
             post.calibration, post.novelty, result["novel"], false_alarm, y,
-            np.load(trained) if trained is not None and trained.exists() else None,
-            getattr(getattr(post, "config", None), "periodic", ()),
+            run.saved_query_points(), getattr(getattr(post, "config", None), "periodic", ()),
             "the run" if run.path is None else str(run.path))
         for line in lines:
             warnings.warn(line, RunWarning, stacklevel=2)
