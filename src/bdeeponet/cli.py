@@ -112,7 +112,7 @@ def config_options(parser, only=None,
             group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
             continue
         kind = {"int": int, "int | None": int, "float": float, "float | None": float,
-                "str": str, "float | str | None": _noise_std}[f.type]
+                "str": str, "str | None": str, "float | str | None": _noise_std}[f.type]
         group.add_argument(flag, type=kind, default=None, choices=meta.get("choices"),
                            metavar=meta.get("metavar"), help=text)
 

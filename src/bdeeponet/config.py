@@ -13,6 +13,7 @@ from .samplers.methods import METHOD_NAMES, get_method
 from .samplers.mresgld import DEFAULT_C
 from .samplers.sgld import METRICS
 
+NETWORKS = ("deeponet", "fourier")
 BRANCHES = ("mlp", "conv")
 TRUNKS = ("mlp", "pod")
 SYMMETRIES = ("none", "square", "shift")
@@ -45,7 +46,8 @@ class TrainConfig:
     lr_hot: float | None = _opt(None, "step of the hot replica (default: lr)")
     tau1: float = _opt(1.0, "temperature of the cold replica (the posterior)")
     tau2: float = _opt(10.0, "temperature of the hot replica")
-    c: float = _opt(DEFAULT_C, "m-reSGLD: probability that the hot replica trains the branch net")
+    c: float = _opt(DEFAULT_C, "m-reSGLD: probability that the hot replica trains the branch "
+                    "net (fourier: its lifting and first half of the spectral layers)")
     replicas: int = _opt(2, "reSGLD / m-reSGLD: temperature levels from tau1 to tau2 (2: the "
                          "paper's pair; more: a ladder with even-odd swaps)")
     ladder_adapt: int | None = _opt(None, "epochs after burn-in over which a ladder of more "
@@ -71,9 +73,15 @@ class TrainConfig:
                                   "branch net reads (default: the raw sensors when m < 257, "
                                   "else the fewest keeping all but 1e-6 of the inputs' "
                                   "variance, at most 32; 0: the raw sensors)")
+    network: str = _opt("deeponet", "deeponet (branch and trunk nets), or fourier (a Fourier "
+                        "neural operator: input and output fields on one equispaced 1-D or "
+                        "2-D grid)", choices=NETWORKS)
+    modes: int = _opt(12, "fourier: Fourier modes kept per axis in each spectral layer")
+    layers: int = _opt(4, "fourier: spectral layers")
     branch: str = _opt("mlp", "branch net: mlp, or conv (a convolutional net over inputs "
                        "given on an equispaced 1-D or 2-D grid)", choices=BRANCHES)
-    channels: int = _opt(16, "conv branch: channels of its first layer")
+    channels: int = _opt(16, "conv branch: channels of its first layer; fourier: channels "
+                         "of its spectral layers")
     trunk_harmonics: int = _opt(8, "Fourier features of each non-periodic query coordinate "
                                 "for the trunk: cos and sin of π k y / L, k = 1..K, L the "
                                 "coordinate's range in the data, beside the coordinate "
@@ -92,10 +100,11 @@ class TrainConfig:
                       "N(0, prior_std^2)", choices=("fan_in", "iid"))
     noise_std: float | str | None = _opt(None, "noise sd of the targets, or 'auto' to estimate "
                                          "it (default: the data file's)", metavar="SD|auto")
-    width: int = _opt(64, "hidden units per layer")
+    width: int = _opt(64, "hidden units per layer (fourier: of its projection)")
     depth: int = _opt(2, "hidden layers of the branch and trunk nets")
     latent: int = _opt(64, "latent dimension (outputs of branch and trunk)")
-    activation: str = _opt("tanh", "activation of the hidden layers", choices=tuple(ACTIVATIONS))
+    activation: str | None = _opt(None, "activation of the hidden layers (default: tanh; "
+                                  "fourier: gelu)", choices=tuple(ACTIVATIONS))
     dropout: float = _opt(0.1, "Adam + MC dropout only: dropout probability")
     mc_samples: int = _opt(100, "Adam: dropout masks per prediction")
     checkpoint_every: int = _opt(100, "epochs between checkpoints")
@@ -108,7 +117,7 @@ class TrainConfig:
                                  f"got {value!r}")
         kind = get_method(self.method)  # ValueError naming the choices
         for name in ("epochs", "batch_size", "width", "depth", "latent", "mc_samples",
-                     "checkpoint_every", "fisher_samples", "channels"):
+                     "checkpoint_every", "fisher_samples", "channels", "modes", "layers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.replicas < 2:
@@ -173,11 +182,20 @@ class TrainConfig:
             raise ValueError(f"unknown branch '{self.branch}'; choose one of: {', '.join(BRANCHES)}")
         if self.branch == "conv" and self.branch_pca:
             raise ValueError("a conv branch reads the raw grid: it takes no branch_pca")
+        if self.network not in NETWORKS:
+            raise ValueError(f"unknown network '{self.network}'; choose one of: "
+                             f"{', '.join(NETWORKS)}")
+        if self.network == "fourier":
+            for name, default in (("branch", "mlp"), ("trunk", "mlp"), ("branch_pca", None)):
+                if getattr(self, name) != default:
+                    raise ValueError(f"the Fourier network reads the input field and gives the "
+                                     f"output field on its grid: it takes no {name}")
         if self.symmetry not in SYMMETRIES:
             raise ValueError(f"unknown symmetry '{self.symmetry}'; choose one of: "
                              f"{', '.join(SYMMETRIES)}")
         if not kind.network:  # a closed-form fit from the sensors: no network to shape
-            for name, default in (("symmetry", "none"), ("branch", "mlp"), ("trunk", "mlp")):
+            for name, default in (("symmetry", "none"), ("branch", "mlp"), ("trunk", "mlp"),
+                                  ("network", "deeponet")):
                 if getattr(self, name) != default:
                     raise ValueError(f"{self.method} is fitted in closed form from the "
                                      f"sensors: it takes no {name}")
@@ -189,6 +207,12 @@ class TrainConfig:
         if kind.draws and self.thin is not None and self.thin > self.epochs - self.burn_in_epochs:
             raise ValueError(f"thin ({self.thin}) keeps no sample of the "
                              f"{self.epochs - self.burn_in_epochs} sampled epochs (epochs - burn-in)")
+
+    @property
+    def activation_name(self) -> str:
+        if self.activation is not None:
+            return self.activation
+        return "gelu" if self.network == "fourier" else "tanh"
 
     @property
     def n_chains(self) -> int:

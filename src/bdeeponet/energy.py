@@ -190,7 +190,8 @@ def n_chains(model: torch.nn.Module, params: Params) -> int | None:
 
 def fan_in_prior(model: torch.nn.Module, scale: float = 1.0) -> dict[str, float]:
     """Per-tensor prior standard deviations ``scale / sqrt(fan_in)`` for the weight and the
-    bias of every ``nn.Linear`` (``scale`` for any other tensor).
+    bias of every ``nn.Linear`` (``scale`` for any other tensor); a model with a
+    ``prior_stds(scale)`` method gives its own.
 
     An i.i.d. N(0, 1) prior puts the weights of a 64-wide tanh layer at pre-activations of
     size ~8 wherever the data do not pin them: every unit saturated. Scaling by the fan-in
@@ -198,6 +199,9 @@ def fan_in_prior(model: torch.nn.Module, scale: float = 1.0) -> dict[str, float]
     bias shares its layer's scale so that a layer's prior is isotropic (the Kronecker
     metric adds it in the layer's eigenbasis).
     """
+    own = getattr(model, "prior_stds", None)
+    if own is not None:  # a network with layers of its own kind (the Fourier operator's)
+        return own(scale)
     out = {}
     for name, mod in model.named_modules():
         if isinstance(mod, torch.nn.Linear):

@@ -17,7 +17,8 @@ from torch.func import functional_call
 from .data import input_array
 from .encoder import PCAEncoder, TrunkModes
 from .energy import Params
-from .model import DeepONet, ModelConfig, set_dropout_generator
+from .model import ModelConfig, set_dropout_generator
+from .networks import FourierConfig, build_network, network_config
 from .novelty import Novelty
 
 
@@ -44,7 +45,7 @@ class Posterior:
     C chains' draws, one chain after the other (M / C each); a deep ensemble's members are
     one draw each."""
 
-    config: ModelConfig
+    config: ModelConfig | FourierConfig
     samples: torch.Tensor
     mc_dropout: int = 0
     noise_std: float = float("nan")  # σ of the observations (for the observation band)
@@ -59,7 +60,7 @@ class Posterior:
             raise ValueError(f"{self.samples.shape[0]} samples do not split into "
                              f"{self.chains} chains")
         with torch.random.fork_rng(devices=[]):  # its initial weights are never used: leave
-            self.model = DeepONet(self.config)  # the caller's random stream where it was
+            self.model = build_network(self.config)  # the caller's random stream where it was
         self.template = {k: v.detach() for k, v in self.model.named_parameters()}
         width = sum(v.numel() for v in self.template.values())
         if self.samples.dim() != 2 or self.samples.shape[1] != width:
@@ -117,6 +118,8 @@ class Posterior:
         :func:`bdeeponet.predict`'s."""
         u = input_array("'u'", u, self.n_sensors, "n", "the run's sensor count")
         y = input_array("'y'", y, self.dim_y, "P", "the run's query dimension")
+        if isinstance(self.config, FourierConfig):
+            self.config.check_points(y)
         u = torch.as_tensor(u, dtype=torch.float32, device=self.samples.device)
         y = torch.as_tensor(y, dtype=torch.float32, device=self.samples.device)
         chains = 1 if self.mc_dropout else self.chains
@@ -143,7 +146,7 @@ class Posterior:
 
     @classmethod
     def from_state_dict(cls, d: dict) -> Posterior:
-        return cls(ModelConfig(**d["config"]), d["samples"], int(d["mc_dropout"]),
+        return cls(network_config(d["config"]), d["samples"], int(d["mc_dropout"]),
                    float(d.get("noise_std", float("nan"))), d.get("calibration"),
                    int(d.get("chains", 1)),
                    None if d.get("encoder") is None else PCAEncoder.from_state_dict(d["encoder"]),

@@ -34,6 +34,7 @@ from .io import atomic_write, write_json, write_text
 from .linear import LinearPosterior, fit_linear
 from .metrics import convergence, effective_sample_size, relative_errors
 from .model import DeepONet, ModelConfig, set_dropout_generator, standardisation
+from .networks import FourierConfig, build_network
 from .noise import noise_sd_from_residuals
 from .novelty import DEFAULT_FALSE_ALARM, fit_novelty
 from .posterior import Posterior, flatten
@@ -67,12 +68,17 @@ def check_memory(mconf: ModelConfig, config: TrainConfig, data: OperatorData,
         return
     levels = config.replicas if get_method(config.method).ladder else 1
     particles = config.n_chains * levels
-    width, depth, P = mconf.width, mconf.depth, data.y.shape[0]
-    inner = (depth - 1) * width * width + width * mconf.latent  # an MLP's, beyond its input
-    n_params = ((0 if mconf.branch_grid else mconf.n_sensors * width + inner)
-                + (0 if mconf.fixed_trunk else mconf.trunk_in_features * width + inner))
     batch = min(config.batch_size, data.n_train)
-    activations = (0 if mconf.fixed_trunk else P) * width * depth + batch * P
+    width, P = mconf.width, data.y.shape[0]
+    if isinstance(mconf, FourierConfig):  # its spectral weights; a map per layer and function
+        n_params = mconf.depth * width * width * 2 * mconf.modes ** mconf.dim_y
+        activations = batch * math.prod(mconf.padded) * width * mconf.depth
+    else:
+        depth = mconf.depth
+        inner = (depth - 1) * width * width + width * mconf.latent  # an MLP's, beyond its input
+        n_params = ((0 if mconf.branch_grid else mconf.n_sensors * width + inner)
+                    + (0 if mconf.fixed_trunk else mconf.trunk_in_features * width + inner))
+        activations = (0 if mconf.fixed_trunk else P) * width * depth + batch * P
     floor = 4 * particles * (3 * n_params + activations)
     if floor > free:
         raise RunTooLarge(
@@ -204,7 +210,7 @@ def model_config(config: TrainConfig, data: OperatorData,
         width=config.width,
         depth=config.depth,
         latent=config.latent,
-        activation=config.activation,
+        activation=config.activation_name,
         dropout=config.dropout if get_method(config.method).dropout else 0.0,
         periodic=() if pod else data.periodic,
         branch_grid=grid,
@@ -215,6 +221,40 @@ def model_config(config: TrainConfig, data: OperatorData,
         **scaling,
         **(coordinate_scaling(data.y, data.periodic) if config.standardise and not pod else {}),
     )
+
+
+def fourier_config(config: TrainConfig, data: OperatorData) -> FourierConfig:
+    """The Fourier network of ``config`` for ``data``: its input and output fields on one
+    grid, so the sensors must be an equispaced 1-D or 2-D grid in row-major order and the
+    query points the same points; a coordinate the data declare periodic must span one
+    period (the grid's step times its points). ValueError saying which does not hold."""
+    grid = sensor_grid(data.sensors)
+    if grid is None:
+        raise ValueError("the Fourier network needs the sensors on an equispaced 1-D or 2-D "
+                         "grid, listed in row-major order (the data file's 'sensors')")
+    sensors = np.asarray(data.sensors, dtype=np.float64)
+    span = float(np.ptp(sensors, axis=0).max())
+    if data.y.shape != sensors.shape or not np.allclose(data.y, sensors, rtol=0,
+                                                        atol=1e-6 * span):
+        raise ValueError("the Fourier network gives the output on the input's grid: the query "
+                         f"points y ({data.y.shape[0]}) must be the sensors "
+                         f"({sensors.shape[0]}), in the same order")
+    lo, hi = sensors.min(axis=0), sensors.max(axis=0)
+    periods = dict(data.periodic)
+    for j, g in enumerate(grid):
+        if j in periods:
+            step = (hi[j] - lo[j]) / (g - 1)
+            if not np.isclose(step * g, periods[j], rtol=1e-6, atol=0):
+                raise ValueError(f"coordinate {j} is declared periodic with period "
+                                 f"{periods[j]:g}, and its {g} grid points span "
+                                 f"{step * g:g} (a periodic grid holds one period, its end "
+                                 "point left out)")
+    scaling = standardisation(data.u_train, data.s_train) if config.standardise else {}
+    return FourierConfig(grid=grid, periodic=data.periodic, width=config.channels,
+                         depth=config.layers, modes=config.modes, projection=config.width,
+                         activation=config.activation_name,
+                         dropout=config.dropout if get_method(config.method).dropout else 0.0,
+                         bounds=tuple(zip(lo.tolist(), hi.tolist(), strict=True)), **scaling)
 
 
 def coordinate_scaling(y, periodic=()) -> dict[str, tuple[float, ...]]:
@@ -307,7 +347,7 @@ def initial_parameters(mconf: ModelConfig, seed: int, chains: int) -> dict[str, 
         with torch.random.fork_rng():
             torch.manual_seed(seed if c == 0 else
                               int(np.random.SeedSequence([seed, c]).generate_state(1)[0]))
-            inits.append(dict(DeepONet(mconf).named_parameters()))
+            inits.append(dict(build_network(mconf).named_parameters()))
     return {n: torch.stack([p[n].detach() for p in inits]) for n in inits[0]}
 
 
@@ -317,12 +357,15 @@ def setup(data: OperatorData, config: TrainConfig, noise_std: float | None,
     training functions only: split the calibration ones off first), on ``device``.
     ``noise_std`` None (to be estimated) starts the energy at a tenth of the targets' spread."""
     device = torch.device(device)
-    encoder = None if branch_grid(config, data) else fit_pca(data.u_train, config.branch_pca)
-    mconf = model_config(config, data, encoder)
+    if config.network == "fourier":
+        encoder, mconf = None, fourier_config(config, data)
+    else:
+        encoder = None if branch_grid(config, data) else fit_pca(data.u_train, config.branch_pca)
+        mconf = model_config(config, data, encoder)
     check_memory(mconf, config, data, device)
     with torch.random.fork_rng():  # initial weights from the run's seed, global RNG untouched
         torch.manual_seed(config.seed)
-        model = DeepONet(mconf).to(device)  # drawn on the CPU: the same weights on any device
+        model = build_network(mconf).to(device)  # drawn on the CPU: the same weights anywhere
     u_train = data.u_train if encoder is None else encoder(data.u_train)
     modes = trunk_modes(config, data, mconf)
     y = data.y if modes is None else modes(data.y)
@@ -561,6 +604,8 @@ def _started_coordinates(out: Path, mconf: ModelConfig) -> ModelConfig:
     """``mconf`` with the query coordinates' scaling the run started with (config.json): a
     run begun before the trunk read them mapped onto [0, 1] goes on reading them as they
     are, so its samples before and after the interruption are of one model."""
+    if not isinstance(mconf, ModelConfig):  # (a Fourier network reads no query coordinates)
+        return mconf
     try:
         saved = json.loads((out / "config.json").read_text()).get("model", {})
     except (OSError, ValueError, AttributeError):

@@ -74,7 +74,7 @@ class Method:
         else:
             kwargs.update(tau=config.tau1)
         if self.groups:
-            from ..model import parameter_groups
+            from ..networks import parameter_groups
 
             kwargs.update(groups=parameter_groups(model), c=config.c)
         return self.sampler(**kwargs)

@@ -1,0 +1,219 @@
+"""The Fourier neural operator (bdeeponet.networks.fourier) against the truth: a spectral
+layer is a multiplier on the retained Fourier modes (exact on single modes), the network
+commutes with the shifts of a periodic grid, C chains in one batch are C networks, and a
+run trains, saves and predicts with it under every method."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from bdeeponet import OperatorData, TrainConfig, load_run, predict, train
+from bdeeponet.energy import fan_in_prior
+from bdeeponet.networks import (FourierConfig, FourierOperator, build_network, network_config,
+                                parameter_groups)
+from bdeeponet.networks.fourier import max_modes, mode_index, smooth_size
+
+torch.set_num_threads(1)
+
+
+def spectral_only(net: FourierOperator, x: torch.Tensor, layer: int = 0) -> torch.Tensor:
+    """The spectral part ``K x`` of one layer on x (1, n, w, *padded)."""
+    return net._spectral(x, net.get_parameter(f"layers.{layer}.spectral").detach()[None])
+
+
+def test_smooth_sizes_and_padding():
+    assert [smooth_size(n) for n in (1, 7, 29, 31, 33, 94, 97)] == [1, 8, 30, 32, 36, 96, 100]
+    assert FourierConfig(grid=(29, 29)).padded == (32, 32)
+    assert FourierConfig(grid=(85, 85)).padded == (96, 96)
+    assert FourierConfig(grid=(128,), periodic=((0, 1.0),)).padded == (128,)
+
+
+def test_mode_index_takes_the_lowest_modes_once():
+    # a 2-D real transform of an 8 x 8 grid is 8 x 5; 3 modes: k1 in {0, 1, 2, -2, -1}, k2 < 3
+    idx = mode_index((8, 8), 3).tolist()
+    rows = sorted({i // 5 for i in idx})
+    assert rows == [0, 1, 2, 6, 7] and sorted({i % 5 for i in idx}) == [0, 1, 2]
+    assert len(idx) == len(set(idx)) == 15
+    assert mode_index((16,), 4).tolist() == [0, 1, 2, 3]
+
+
+def test_a_spectral_layer_multiplies_each_kept_mode_and_drops_the_rest():
+    """On a periodic 1-D grid of N points, cos(2π k x) goes to |R_k| cos(2π k x + arg R_k)
+    for k < modes (one channel: R_k a complex number) and to 0 for k >= modes."""
+    n, modes = 32, 5
+    torch.manual_seed(0)
+    net = FourierOperator(FourierConfig(grid=(n,), periodic=((0, 1.0),), width=1, modes=modes))
+    r = torch.view_as_complex(net.layers[0]["spectral"].detach()[0, 0].contiguous())  # (modes,)
+    x = torch.arange(n, dtype=torch.float64) / n
+    for k in range(8):
+        wave = torch.cos(2 * math.pi * k * x).float()
+        out = spectral_only(net, wave.reshape(1, 1, 1, n)).reshape(n).double()
+        if k < modes:
+            expect = r[k].abs() * torch.cos(2 * math.pi * k * x + r[k].angle())
+            if k == 0:  # the mean: only the real part of R_0 survives a real transform
+                expect = r[0].real * torch.ones(n, dtype=torch.float64)
+        else:
+            expect = torch.zeros(n, dtype=torch.float64)
+        assert torch.allclose(out, expect, atol=1e-5), k
+
+
+def test_a_spectral_layer_is_a_circular_convolution_in_2d():
+    """K (x ⊛ δ_shift) = (K x) ⊛ δ_shift: it commutes with every cyclic shift of the grid."""
+    torch.manual_seed(1)
+    net = FourierOperator(FourierConfig(grid=(12, 10), periodic=((0, 1.0), (1, 1.0)), width=3,
+                                        modes=4))
+    x = torch.randn(1, 2, 3, 12, 10)
+    out = spectral_only(net, x)
+    moved = spectral_only(net, torch.roll(x, (5, -3), dims=(-2, -1)))
+    assert torch.allclose(moved, torch.roll(out, (5, -3), dims=(-2, -1)), atol=1e-5)
+
+
+def test_the_network_commutes_with_the_shifts_of_a_periodic_grid():
+    torch.manual_seed(2)
+    c = FourierConfig(grid=(16, 16), periodic=((0, 1.0), (1, 1.0)), width=4, modes=5,
+                      projection=8, u_shift=0.3, u_scale=2.0, s_shift=-1.0, s_scale=0.5)
+    net = FourierOperator(c)
+    u = torch.randn(3, 16, 16)
+    out = net(u.reshape(3, -1)).reshape(3, 16, 16)
+    moved = net(torch.roll(u, (3, 7), dims=(1, 2)).reshape(3, -1)).reshape(3, 16, 16)
+    assert torch.allclose(moved, torch.roll(out, (3, 7), dims=(1, 2)), atol=1e-5)
+    # a non-periodic grid reads its coordinates and pads: shifts are not symmetries
+    net2 = FourierOperator(FourierConfig(grid=(16, 16), width=4, modes=5, projection=8))
+    out2 = net2(u.reshape(3, -1)).reshape(3, 16, 16)
+    moved2 = net2(torch.roll(u, (3, 7), dims=(1, 2)).reshape(3, -1)).reshape(3, 16, 16)
+    assert not torch.allclose(moved2, torch.roll(out2, (3, 7), dims=(1, 2)), atol=1e-3)
+
+
+def test_chains_in_one_batch_are_each_chains_network():
+    torch.manual_seed(3)
+    net = FourierOperator(FourierConfig(grid=(9, 11), width=4, modes=4, projection=8))
+    chains = [{n: torch.randn_like(p) * 0.3 for n, p in net.named_parameters()} for _ in range(3)]
+    batched = {n: torch.stack([c[n] for c in chains]) for n in chains[0]}
+    u = torch.randn(5, 99)
+    out = net.functional_forward(batched, u)
+    assert out.shape == (3, 5, 99)
+    for k, params in enumerate(chains):
+        assert torch.allclose(out[k], net.functional_forward(params, u), atol=1e-5)
+    # one batch per chain (C, n, m)
+    per_chain = torch.randn(3, 5, 99)
+    out = net.functional_forward(batched, per_chain)
+    assert torch.allclose(out[1], net.functional_forward(chains[1], per_chain[1]), atol=1e-5)
+
+
+def test_parameter_groups_split_by_depth_and_an_upper_step_skips_the_lower_layers():
+    net = FourierOperator(FourierConfig(grid=(8, 8), width=2, depth=4, modes=3, projection=4))
+    groups = parameter_groups(net)
+    names = [n for n, _ in net.named_parameters()]
+    assert sorted(groups["lower"] + groups["upper"]) == sorted(names)
+    assert set(groups["lower"]) == {n for n in names if n.startswith(("lift.", "layers.0.",
+                                                                       "layers.1."))}
+    params = {n: p.detach().clone().requires_grad_(n in groups["upper"])
+              for n, p in net.named_parameters()}
+    out = net.functional_forward(params, torch.randn(2, 64))
+    grads = torch.autograd.grad(out.sum(), [params[n] for n in groups["upper"]])
+    assert all(g is not None for g in grads)
+    assert all(params[n].grad is None for n in groups["lower"])
+
+
+def test_prior_is_the_fan_in_rule_of_each_layer():
+    net = FourierOperator(FourierConfig(grid=(8,), width=4, modes=3, projection=6))
+    stds = fan_in_prior(net, 2.0)
+    assert set(stds) == {n for n, _ in net.named_parameters()}
+    assert stds["lift.weight"] == stds["lift.bias"] == pytest.approx(2.0 / math.sqrt(2))
+    assert stds["layers.0.spectral"] == pytest.approx(2.0 / 2)  # c = 4 inputs per mode
+    assert stds["project.1.weight"] == pytest.approx(2.0 / math.sqrt(6))
+
+
+def test_config_round_trip_and_bad_configs():
+    c = FourierConfig(grid=[29, 29], periodic=[[1, 2.0]], width=8, modes=6, dropout=0.1,
+                      bounds=[[0, 1], [0, 2]])
+    assert network_config(c.to_dict()) == c
+    assert isinstance(build_network(c), FourierOperator)
+    assert max_modes((29, 29)) == 14 and max_modes((128,)) == 65
+    with pytest.raises(ValueError, match="resolves at most 14"):
+        FourierConfig(grid=(29, 29), modes=15)
+    with pytest.raises(ValueError, match="1-D or 2-D grid"):
+        FourierConfig(grid=(4, 4, 4))
+    with pytest.raises(ValueError, match="does not exist"):
+        FourierConfig(grid=(8,), periodic=((1, 1.0),))
+    with pytest.raises(ValueError, match="query points asked for"):
+        c.check_points(np.zeros((29 * 29, 2)))
+    c.check_points(c.points())
+
+
+def periodic_data(n_train=40, n_test=10, n=32, seed=0) -> OperatorData:
+    """A linear, shift-commuting operator on a periodic grid: a smoothing of u plus its
+    square, with 1% noise on the training targets."""
+    rng = np.random.default_rng(seed)
+    x = np.arange(n) / n
+    k = np.fft.rfftfreq(n, 1 / n)
+
+    def draw(count):
+        coef = rng.normal(size=(count, k.size)) + 1j * rng.normal(size=(count, k.size))
+        u = np.fft.irfft(coef * np.exp(-0.1 * k**2), n=n) * n / 4
+        s = np.fft.irfft(np.fft.rfft(u) * np.exp(-0.05 * k**2), n=n) + 0.3 * u**2
+        return u, s
+
+    u, s = draw(n_train + n_test)
+    noise = 0.01 * s[:n_train].std()
+    return OperatorData(u[:n_train], s[:n_train] + noise * rng.normal(size=(n_train, n)),
+                        u[n_train:], s[n_train:], x[:, None], x[:, None], noise_std=noise,
+                        meta={"periodic": [[0, 1.0]]})
+
+
+TINY = dict(epochs=6, batch_size=10, channels=4, modes=4, layers=2, width=8,
+            network="fourier", calibration=0.25)
+
+
+@pytest.mark.parametrize("method", ["sgld", "resgld", "mresgld", "adam", "ensemble"])
+def test_every_method_trains_saves_and_predicts_a_fourier_network(method, tmp_path):
+    data = periodic_data()
+    result = train(data, TrainConfig(method=method, **TINY, **({"chains": 2} if method ==
+                                                               "ensemble" else {})),
+                   out=tmp_path / "run")
+    assert np.isfinite(result.metrics["e2"])
+    run = load_run(tmp_path / "run")
+    assert isinstance(run.posterior.config, FourierConfig)
+    out = predict(run, data.u_test, data.y, warn=False)
+    again = predict(result, data.u_test, data.y, warn=False)
+    for key in ("mean", "std", "obs_lower", "sim_upper"):
+        assert out[key].shape == (10, 32)
+        np.testing.assert_allclose(out[key], again[key], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="not that grid's points"):
+        predict(run, data.u_test, data.y[::2], warn=False)
+
+
+def test_a_fourier_network_learns_the_operator():
+    """Adam on 200 functions: the posterior mean's error falls well below the error of
+    predicting the training mean (100%) and of the identity map."""
+    data = periodic_data(n_train=200, n_test=50)
+    result = train(data, TrainConfig(method="ensemble", chains=2, epochs=60, batch_size=20,
+                                     channels=8, modes=6, layers=2, width=16,
+                                     network="fourier", calibration=0.1))
+    identity = 100 * np.mean(np.linalg.norm(data.u_test - data.s_test, axis=1)
+                             / np.linalg.norm(data.s_test, axis=1))
+    assert result.metrics["e2"] < min(10.0, identity / 4), (result.metrics["e2"], identity)
+
+
+def test_the_fourier_network_refuses_data_it_cannot_read():
+    data = periodic_data()
+    scattered = OperatorData(data.u_train, data.s_train, data.u_test, data.s_test,
+                             np.sort(np.random.default_rng(0).random((32, 1)), axis=0),
+                             data.sensors)
+    with pytest.raises(ValueError, match="must be the sensors"):
+        train(scattered, TrainConfig(**TINY))
+    off_grid = OperatorData(data.u_train, data.s_train, data.u_test, data.s_test, data.y,
+                            data.sensors ** 2)
+    with pytest.raises(ValueError, match="equispaced 1-D or 2-D grid"):
+        train(off_grid, TrainConfig(**TINY))
+    wrong_period = OperatorData(data.u_train, data.s_train, data.u_test, data.s_test, data.y,
+                                data.sensors, noise_std=data.noise_std,
+                                meta={"periodic": [[0, 2.0]]})
+    with pytest.raises(ValueError, match="span one period|span 1"):
+        train(wrong_period, TrainConfig(**TINY))
+    with pytest.raises(ValueError, match="resolves at most"):
+        train(data, TrainConfig(**{**TINY, "modes": 20}))
+    with pytest.raises(ValueError, match="takes no trunk"):
+        TrainConfig(network="fourier", trunk="pod", method="resgld")
