@@ -11,8 +11,7 @@ import torch
 
 from bdeeponet import OperatorData, TrainConfig, load_run, predict, train
 from bdeeponet.energy import fan_in_prior
-from bdeeponet.networks import (FourierConfig, FourierOperator, build_network, network_config,
-                                parameter_groups)
+from bdeeponet.networks import FourierConfig, FourierOperator, build_network, network_config, parameter_groups
 from bdeeponet.networks.fourier import max_modes, mode_index, smooth_size
 
 torch.set_num_threads(1)

@@ -236,10 +236,9 @@ class FourierOperator(nn.Module):
         bias (as :func:`bdeeponet.energy.fan_in_prior` gives a linear layer), and for a
         spectral weight, whose c inputs per mode are summed as a pointwise layer's are."""
         out = {}
-        for name, p in self.named_parameters():
+        for name, _ in self.named_parameters():
             layer = name.rsplit(".", 1)[0]
-            fan_in = self.get_parameter(f"{layer}.weight").shape[1]
-            out[name] = scale / fan_in**0.5
+            out[name] = scale / self.get_parameter(f"{layer}.weight").shape[1] ** 0.5
         return out
 
     def parameter_groups(self) -> dict[str, list[str]]:
