@@ -9,7 +9,8 @@ it) with
   trains in turn;
 - optionally ``prior_stds(scale)``: per-tensor prior sds (else the fan-in rule of
   :func:`bdeeponet.energy.fan_in_prior`), and ``forward_backward``: a gradient by hand
-  (else the energy takes autograd's).
+  (else the energy takes autograd's); ``curvature_batches``: the minibatches of 100
+  functions the sampler's stiffness estimate reads (default 3).
 
 Two families: the DeepONet (:mod:`bdeeponet.model`: MLP or conv branch, learnt or POD
 trunk) and the Fourier neural operator (:mod:`.fourier`) for fields on a grid.

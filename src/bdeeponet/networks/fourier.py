@@ -201,6 +201,10 @@ class FourierOperator(nn.Module):
     depth (m-reSGLD's hot replica trains one per step).
     """
 
+    # the sampler's stiffness estimate (a Lanczos run of float64 Hessian-vector products)
+    # takes one minibatch of 100 functions: each product costs seconds on a 2-core CPU
+    curvature_batches = 1
+
     def __init__(self, config: FourierConfig):
         super().__init__()
         self.config = c = config

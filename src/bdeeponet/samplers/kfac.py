@@ -333,7 +333,9 @@ def estimate_kfac(energy, params: Params, batches, generator: torch.Generator,
         f[0] = f[0] + a.t() @ a
         f[1] = f[1] + g_sum / samples
 
-    _score_passes(energy, params, batches, generator, samples, linear, gram, add_factors, None)
+    if linear:  # (a network without linear layers has no factors: its metric is diagonal)
+        _score_passes(energy, params, batches, generator, samples, linear, gram, add_factors,
+                      None)
     bases = {}
     for name, (aa, gg) in factors.items():
         bases[name] = (torch.linalg.eigh(aa)[1], torch.linalg.eigh(gg)[1])

@@ -93,7 +93,8 @@ def start_sampling(settings: LangevinSettings, chain: Chain, energy, data, gener
     for c in range(chain.n_chains):  # each chain's own metric at its own warm start
         params = {n: p[c] for n, p in chain.params.items()}
         metrics.append(estimate_kfac(energy, params, batches, generator, settings.fisher_samples))
-        lams.append(tame(energy, metrics[-1], params, batches[:3], generator))
+        lams.append(tame(energy, metrics[-1], params, curvature_batches(energy, batches),
+                         generator))
     metric, lam = KroneckerMetric.stack(metrics), max(lams)
     cv = ControlVariate.at(energy, chain, data) if settings.control_variate else None
     return Sampling(metric, cv, settings.max_stiffness / lam, lam)
@@ -101,9 +102,17 @@ def start_sampling(settings: LangevinSettings, chain: Chain, energy, data, gener
 
 def metric_batches(data) -> list:
     """The training data ``(u, s)`` in batches of 100 functions: the metric is estimated
-    on all of them, the stiffness (:func:`~.kfac.stiffness`) on the first three."""
+    on all of them, the stiffness (:func:`~.kfac.stiffness`) on the first few
+    (:func:`curvature_batches`)."""
     u, s = data
     return [(u[i : i + 100], s[i : i + 100]) for i in range(0, u.shape[0], 100)]
+
+
+def curvature_batches(energy, batches: list) -> list:
+    """The first of ``batches`` that the stiffness is estimated on: three, or as many as
+    the network's ``curvature_batches`` says (a network whose Hessian-vector product is
+    costly asks for fewer; the estimate is scaled to the N functions either way)."""
+    return batches[: getattr(getattr(energy, "model", None), "curvature_batches", 3)]
 
 
 def sampling_report(settings: LangevinSettings, sampling: Sampling | None) -> dict:
@@ -131,7 +140,7 @@ def end_stiffness(state, energy, data, generator: torch.Generator) -> float | No
     if sampling is None or sampling.metric is None:
         return None
     chain = state.chain if hasattr(state, "chain") else state.chains[0]
-    batches = metric_batches(data)[:3]
+    batches = curvature_batches(energy, metric_batches(data))
     return max(stiffness(energy, sampling.metric.member(c), {n: p[c] for n, p in chain.params.items()},
                          batches, generator) for c in range(chain.n_chains))
 
