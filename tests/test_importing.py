@@ -268,3 +268,39 @@ def test_measured_test_targets_are_scored_as_they_are(tmp_path):
                               Calibration.from_dict(result.posterior.calibration),
                               s_observed=data.s_test)["function"]
     assert result.metrics["coverage"]["calibrated"]["function"] == expected
+
+
+def test_periodic_grid_is_declared_and_reaches_the_shift_symmetry(tmp_path):
+    """--periodic: the assumed grid is [0, 1) without its end, each axis declared periodic
+    with period 1, so a Burgers-like file reaches what generated data reach (the shift
+    symmetry); a 2-D field gets both axes; a stride must divide the points."""
+    a, u = _fields(nx=64)
+    path = tmp_path / "b.mat"
+    scipy.io.savemat(path, {"a": a, "u": u})
+    d = import_file(path, input_key="a", output_key="u", subsample=4, periodic=True)
+    np.testing.assert_allclose(d.y[:, 0], np.arange(0, 64, 4) / 64)
+    np.testing.assert_allclose(d.sensors, d.y)
+    assert d.periodic == ((0, 1.0),)
+    from bdeeponet.data import cyclic_shifts
+    assert cyclic_shifts(d.y, 1.0) is not None
+    rng = np.random.default_rng(1)
+    field = rng.standard_normal((5, 12, 12))
+    path2 = tmp_path / "f.npz"
+    np.savez(path2, a=field, u=field)
+    d2 = import_file(path2, input_key="a", output_key="u", subsample=2, periodic=True)
+    assert d2.periodic == ((0, 1.0), (1, 1.0))
+    with pytest.raises(ImportDataError, match="does not divide the periodic grid"):
+        import_file(path2, input_key="a", output_key="u", subsample=11, periodic=True)
+
+
+def test_periodic_needs_a_grid(tmp_path):
+    a, u = _fields(nx=16)
+    x = np.sort(np.random.default_rng(2).random(16))
+    path = tmp_path / "scattered.npz"
+    np.savez(path, a=a, u=u, x=x)
+    with pytest.raises(ImportDataError, match="--periodic needs the output on an equispaced"):
+        import_file(path, input_key="a", output_key="u", grid_key="x", periodic=True)
+    # an equispaced grid given by the file: its period is its step times its points
+    np.savez(path, a=a, u=u, x=np.arange(16) * 0.25)
+    d = import_file(path, input_key="a", output_key="u", grid_key="x", periodic=True)
+    assert d.periodic == ((0, 4.0),)

@@ -83,7 +83,9 @@ def _add_train(sub):
     config_options(p)
     p.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress line")
-    p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: torch's, one per core unless "
+                   "OMP_NUM_THREADS says otherwise)")
     _device_option(p)
 
 
@@ -227,6 +229,9 @@ def _add_import(sub):
                    help="the outputs are measurements with noise of sd SD: recorded, nothing "
                         "added (instead of --noise)")
     p.add_argument("--seed", type=int, default=0, help="seed of the added noise")
+    p.add_argument("--periodic", action="store_true",
+                   help="the fields are periodic along every axis of their grid (default "
+                        "grid: [0, 1) without its end); recorded in the file's meta")
 
 
 def cmd_import(args) -> None:
@@ -237,7 +242,7 @@ def cmd_import(args) -> None:
     data = import_to(args.file, args.out, input_key=args.input, output_key=args.output,
                      grid_key=args.grid, subsample=args.subsample, n_train=args.n_train,
                      n_test=args.n_test, noise=args.noise, seed=args.seed,
-                     noise_std=args.noise_std)
+                     noise_std=args.noise_std, periodic=args.periodic)
     noise = ("no noise sd" if data.noise_std is None else f"noise sd {data.noise_std:g} "
              + ("recorded" if args.noise_std is not None else "added"))
     print(f"wrote {args.out}: {data.n_train} train / {data.u_test.shape[0]} test functions, "
@@ -470,9 +475,10 @@ def cmd_train(args) -> None:
     from .report import write_run_figures
     from .train import train
 
-    if args.threads < 1:
+    if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads must be >= 1, got {args.threads}")
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     config = train_config(args)
     data = load(args.data)
     out = Path(args.out)

@@ -34,9 +34,11 @@ import scipy.io
 import scipy.io.matlab
 
 from .data import FORMAT_VERSION, SCALE_RANGE, DataError, OperatorData
+from .data import sensor_grid as points_grid
 from .io import atomic_write
 
 ASSUMED_GRID = "equispaced on [0, 1] (assumed)"
+ASSUMED_PERIODIC_GRID = "equispaced on [0, 1), periodic (assumed)"
 # MATLAB classes that hold real numbers (v5 ``whosmat`` and v7.3 ``MATLAB_class`` names).
 _MATLAB_NUMERIC = {"double", "single", "logical", "int8", "uint8", "int16", "uint16",
                    "int32", "uint32", "int64", "uint64"}
@@ -53,7 +55,7 @@ class _MissingKey(ImportDataError):
 def import_file(path, *, input_key: str, output_key: str, grid_key: str | None = None,
                 subsample: int = 1, n_train: int | None = None, n_test: int | None = None,
                 noise: float | None = None, seed: int = 0,
-                noise_std: float | None = None) -> OperatorData:
+                noise_std: float | None = None, periodic: bool = False) -> OperatorData:
     """Read ``input_key`` / ``output_key`` (and ``grid_key``) from ``path`` as aligned data.
 
     Every ``subsample``-th grid point is kept along each grid axis. The first ``n_train``
@@ -61,9 +63,15 @@ def import_file(path, *, input_key: str, output_key: str, grid_key: str | None =
     least one, the rest training). With ``noise``, i.i.d. N(0, noise^2) drawn with ``seed``
     is added to the training outputs only, and the clean ones are kept. With ``noise_std``
     the outputs are measurements whose noise has that sd: it is recorded, nothing is added.
+    With ``periodic`` the grid is periodic along each of its axes: the assumed grid is
+    [0, 1) (n points, its end left out), and ``meta["periodic"]`` declares each axis's
+    period (a grid read from ``grid_key`` must be equispaced; its period is its step times
+    its points).
     """
     path = Path(path)
     _check_options(input_key, output_key, grid_key, subsample, n_train, n_test, noise, seed)
+    if not isinstance(periodic, bool):
+        raise ImportDataError(f"periodic must be True or False, got {periodic!r}")
     if noise_std is not None:
         if noise is not None:
             raise ImportDataError("--noise adds noise to clean outputs and --noise-std records "
@@ -88,14 +96,22 @@ def import_file(path, *, input_key: str, output_key: str, grid_key: str | None =
     x = _finite(src, input_key, x[:used].reshape(used, -1))
     s = _finite(src, output_key, s[:used].reshape(used, -1))
 
+    if periodic:
+        for name, shape in ((input_key, x_grid), (output_key, s_grid)):
+            if any(n % subsample for n in shape):
+                raise ImportDataError(f"{src}: --subsample {subsample} does not divide the "
+                                      f"periodic grid of '{name}' ({' x '.join(map(str, shape))}"
+                                      "): a periodic grid's stride must divide its points")
     if g is None:
-        y, grid = _equispaced(s_grid, subsample), ASSUMED_GRID
+        y = _equispaced(s_grid, subsample, periodic)
+        grid = ASSUMED_PERIODIC_GRID if periodic else ASSUMED_GRID
     else:
         y, grid = _finite(src, grid_key, _read_grid(src, grid_key, g, s_grid, subsample)), grid_key
     if g is not None and x_grid == s_grid:  # input on the same grid as the output
         sensors, sensor_grid = y, grid_key
     else:
-        sensors, sensor_grid = _equispaced(x_grid, subsample), ASSUMED_GRID
+        sensors = _equispaced(x_grid, subsample, periodic)
+        sensor_grid = ASSUMED_PERIODIC_GRID if periodic else ASSUMED_GRID
 
     s_train = s_train_clean = s[:n_train]
     if noise is not None:
@@ -108,6 +124,8 @@ def import_file(path, *, input_key: str, output_key: str, grid_key: str | None =
         "seed": seed, "grid": grid, "sensor_grid": sensor_grid,
         "format_version": FORMAT_VERSION,
     }
+    if periodic:
+        meta["periodic"] = _periods(src, y, s_grid, subsample)
     try:
         return OperatorData(
             u_train=x[:n_train], s_train=s_train, u_test=x[n_train:], s_test=s[n_train:],
@@ -229,10 +247,27 @@ def _finite(src, key, a) -> np.ndarray:
     return a
 
 
-def _equispaced(shape, k) -> np.ndarray:
-    """Points of the equispaced grid of [0, 1]^d with ``shape``, every k-th, in C order."""
-    axes = [np.linspace(0.0, 1.0, n)[::k] for n in shape]
+def _equispaced(shape, k, periodic: bool = False) -> np.ndarray:
+    """Points of the equispaced grid of [0, 1]^d with ``shape`` (of [0, 1)^d, its ends left
+    out, with ``periodic``), every k-th, in C order."""
+    axes = [(np.arange(n) / n if periodic else np.linspace(0.0, 1.0, n))[::k] for n in shape]
     return np.stack([c.ravel() for c in np.meshgrid(*axes, indexing="ij")], axis=1)
+
+
+def _periods(src, y: np.ndarray, shape, k) -> list[list]:
+    """``[[j, period], ...]`` of a periodic grid ``y`` (P, d): along each axis its step
+    times its points. ImportDataError unless y is an equispaced tensor grid of ``shape``
+    (every k-th point) in row-major order."""
+    kept = tuple(len(range(0, n, k)) for n in shape)
+    if y.shape[1] != len(kept) or points_grid(y) != kept:
+        raise ImportDataError(f"{src}: --periodic needs the output on an equispaced "
+                              f"{' x '.join(map(str, kept))} grid, one coordinate per axis, in "
+                              "row-major order; the grid given is not one")
+    out = []
+    for j, n in enumerate(kept):
+        axis = np.unique(y[:, j])
+        out.append([j, float((axis[-1] - axis[0]) / (n - 1) * n)])
+    return out
 
 
 def _read_grid(src, key, g, shape, k) -> np.ndarray:
