@@ -9,9 +9,10 @@ after `end_burn_in`, whose wall time (the Kronecker metric's estimate and taming
 printed per sampler. Ratios are within interleaved rounds; MFLOP: the matrix products of
 one iteration. ``--conv``: the conv branch and the POD trunk instead (``--branch conv --trunk
 pod --width 128 --warm-lr 1e-3``, the field benchmarks' ``-pod`` rows), whose trunk has no
-parameters, so no m-reSGLD.
+parameters, so no m-reSGLD. ``--fourier``: the Fourier operator (``--network fourier`` at its
+defaults: batch 20), whose hot replica trains its lower or its upper half.
 
-Run: python benchmarks/field_cost.py [--quick] [--n 29|85] [--data F.npz] [--conv]
+Run: python benchmarks/field_cost.py [--quick] [--n 29|85] [--data F.npz] [--conv | --fourier]
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ VARIANTS = {  # label: (method, sampling phase)
     "m-reSGLD, c = 0.7": ("mresgld", True),
 }
 CONV = {"branch": "conv", "trunk": "pod", "width": 128, "warm_lr": 1e-3}
+FOURIER = {"network": "fourier"}
 
 
 def field_data(n: int) -> bdeeponet.OperatorData:
@@ -46,6 +48,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=29, help="grid points a side (29 or 85)")
     parser.add_argument("--data", help="an aligned .npz to use instead of generating one")
     parser.add_argument("--conv", action="store_true", help="the conv branch and POD trunk")
+    parser.add_argument("--fourier", action="store_true", help="the Fourier operator")
     args = parser.parse_args()
     header(__doc__.splitlines()[0] + " " + __doc__.splitlines()[1])
     rounds, min_run_time = (3, 0.2) if args.quick else (7, 1.0)
@@ -53,7 +56,8 @@ def main() -> None:
     runs, metric_s = {}, {}
     variants = {k: v for k, v in VARIANTS.items() if not (args.conv and v[0] == "mresgld")}
     for label, (method, sampling) in variants.items():
-        runs[label] = sampler_on(data, method, sampling=False, **(CONV if args.conv else {}))
+        extra = CONV if args.conv else FOURIER if args.fourier else {}
+        runs[label] = sampler_on(data, method, sampling=False, **extra)
         if sampling:
             run = runs[label]
             t0 = time.perf_counter()
@@ -65,7 +69,8 @@ def main() -> None:
     flops = {k: flops_per_call(r.step) for k, r in runs.items()}
     m, p = data.n_sensors, data.n_points
     print(f"\n{data.meta.get('problem', '?')}: m = {m} sensors, P = {p} query points, "
-          f"{data.n_train} training functions, batch 100; {rounds} rounds")
+          f"{data.n_train} training functions, batch {runs['SGLD'].batches[0].numel()}; "
+          f"{rounds} rounds")
     print_ratio_table(times, "Adam (burn-in step)", "iteration", flops=flops)
     if "m-reSGLD, c = 0.7" in times:
         mres = [a / b for a, b in zip(times["m-reSGLD, c = 0.7"], times["reSGLD"], strict=True)]

@@ -216,3 +216,35 @@ def test_the_fourier_network_refuses_data_it_cannot_read():
         train(data, TrainConfig(**{**TINY, "modes": 20}))
     with pytest.raises(ValueError, match="takes no trunk"):
         TrainConfig(network="fourier", trunk="pod", method="resgld")
+
+
+def test_the_network_is_chosen_from_the_datas_layout():
+    from bdeeponet.networks import choose_network
+
+    periodic = periodic_data()
+    assert choose_network(periodic)[0] == "fourier"
+    plain = OperatorData(periodic.u_train, periodic.s_train, periodic.u_test, periodic.s_test,
+                         periodic.y, periodic.sensors)  # 1-D, not declared periodic
+    assert choose_network(plain) == ("deeponet", "the sensors are a 1-D grid of 32 points "
+                                     "that the data do not declare periodic")
+    other_y = OperatorData(periodic.u_train, periodic.s_train[:, :16], periodic.u_test,
+                           periodic.s_test[:, :16], periodic.y[:16], periodic.sensors,
+                           meta={"periodic": [[0, 1.0]]})
+    assert choose_network(other_y)[0] == "deeponet"
+    g = np.stack(np.meshgrid(np.linspace(0, 1, 5), np.linspace(0, 1, 5), indexing="ij"),
+                 -1).reshape(-1, 2)
+    rng = np.random.default_rng(0)
+    field = OperatorData(rng.random((4, 25)), rng.random((4, 25)), rng.random((2, 25)),
+                         rng.random((2, 25)), g, g)
+    assert choose_network(field) == ("fourier", "input and output are fields on one 5 x 5 grid")
+
+
+def test_a_network_brings_its_own_defaults_unless_they_are_set():
+    assert (TrainConfig().epochs, TrainConfig().batch_size) == (2000, 100)
+    fourier = TrainConfig().updated(network="fourier")
+    assert (fourier.epochs, fourier.batch_size) == (60, 20)
+    assert TrainConfig(epochs=7).updated(network="fourier").epochs == 7
+    assert fourier.updated(network="deeponet").epochs == 2000
+    assert TrainConfig.from_dict(fourier.to_dict()) == fourier
+    with pytest.raises(ValueError, match="unknown network 'fno'"):
+        TrainConfig(network="fno")

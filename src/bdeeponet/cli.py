@@ -462,7 +462,8 @@ def train_config(args):
     base = {k.replace("-", "_"): v for k, v in base.items()}
     flags = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}
     # from the defaults: from_dict fills a missing key as a run written before it existed
-    merged = {**TrainConfig().to_dict(), **base, **{k: v for k, v in flags.items() if v is not None}}
+    defaults = {f.name: f.default for f in fields(TrainConfig)}  # (None: the network's)
+    merged = {**defaults, **base, **{k: v for k, v in flags.items() if v is not None}}
     return TrainConfig.from_dict(merged)
 
 
@@ -470,7 +471,9 @@ def cmd_train(args) -> None:
     import torch
 
     from .advice import RunWarning
+    from .config import load_toml
     from .data import load
+    from .networks import choose_network
     from .plots import RUN_FIGURES
     from .report import write_run_figures
     from .train import train
@@ -481,6 +484,11 @@ def cmd_train(args) -> None:
         torch.set_num_threads(args.threads)
     config = train_config(args)
     data = load(args.data)
+    if args.network is None and not (args.config and "network" in load_toml(args.config)):
+        network, why = choose_network(data)
+        config = config.updated(network=network)
+        other = "deeponet" if network == "fourier" else "fourier"
+        print(f"network: {network} ({why}; --network {other} for the other)")
     out = Path(args.out)
     if (out / "metrics.json").exists() and not args.resume:
         drawn = all((out / f).exists() for f in RUN_FIGURES)

@@ -17,6 +17,9 @@ NETWORKS = ("deeponet", "fourier")
 BRANCHES = ("mlp", "conv")
 TRUNKS = ("mlp", "pod")
 SYMMETRIES = ("none", "square", "shift")
+# the defaults that depend on the network (a field left None takes its network's)
+NETWORK_DEFAULTS = {"deeponet": {"epochs": 2000, "batch_size": 100},
+                    "fourier": {"epochs": 60, "batch_size": 20}}
 # settings that change how a step is executed, not what it computes: a run may resume
 # with another value (a CUDA graph replays the eager step's draws)
 EXECUTION_ONLY = frozenset({"cuda_graph"})
@@ -38,8 +41,10 @@ class TrainConfig:
                        "baseline)", choices=METHOD_NAMES)
     chains: int | None = _opt(None, "independent chains (ensemble: members), run as one "
                               "batch and pooled (default: 1; ensemble 8)")
-    epochs: int = _opt(2000, "passes over the training functions")
-    batch_size: int = _opt(100, "functions per minibatch (all P points of each)")
+    epochs: int | None = _opt(None, "passes over the training functions (default: 2000; "
+                              "fourier: 60)")
+    batch_size: int | None = _opt(None, "functions per minibatch, all P points of each "
+                                  "(default: 100; fourier: 20)")
     seed: int = _opt(0, "seed of the initialisation, minibatches, noise and held-out split")
     lr: float | None = _opt(None, "Langevin step (default: 0.05 with the kfac metric, 3e-4 "
                             "rmsprop, 1e-6 identity; Adam 1e-3)")
@@ -110,6 +115,15 @@ class TrainConfig:
     checkpoint_every: int = _opt(100, "epochs between checkpoints")
 
     def __post_init__(self):
+        if self.network not in NETWORKS:
+            raise ValueError(f"unknown network {self.network!r}; choose one of: "
+                             f"{', '.join(NETWORKS)}")
+        filled = []
+        for name, value in NETWORK_DEFAULTS.get(self.network, {}).items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+                filled.append(name)
+        object.__setattr__(self, "_network_defaults", tuple(filled))  # (not a field)
         for f in fields(self):  # a value of another type (a TOML file's "ten", 2.5 chains)
             value = getattr(self, f.name)
             if not any(_is(value, t.strip()) for t in f.type.split("|")):
@@ -182,9 +196,6 @@ class TrainConfig:
             raise ValueError(f"unknown branch '{self.branch}'; choose one of: {', '.join(BRANCHES)}")
         if self.branch == "conv" and self.branch_pca:
             raise ValueError("a conv branch reads the raw grid: it takes no branch_pca")
-        if self.network not in NETWORKS:
-            raise ValueError(f"unknown network '{self.network}'; choose one of: "
-                             f"{', '.join(NETWORKS)}")
         if self.network == "fourier":
             for name, default in (("branch", "mlp"), ("trunk", "mlp"), ("branch_pca", None)):
                 if getattr(self, name) != default:
@@ -265,7 +276,12 @@ class TrainConfig:
         return cls(**d)
 
     def updated(self, **changes) -> TrainConfig:
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+        """A copy with ``changes`` (None values ignored); another ``network`` brings its own
+        defaults for the fields that took the former network's."""
+        changes = {k: v for k, v in changes.items() if v is not None}
+        if changes.get("network", self.network) != self.network:
+            changes = {**{n: None for n in self._network_defaults}, **changes}
+        return replace(self, **changes)
 
 
 def _is(value, kind: str) -> bool:

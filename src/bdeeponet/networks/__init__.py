@@ -18,6 +18,9 @@ trunk) and the Fourier neural operator (:mod:`.fourier`) for fields on a grid.
 
 from __future__ import annotations
 
+import numpy as np
+
+from ..data import sensor_grid
 from ..model import DeepONet, ModelConfig
 from ..model import parameter_groups as deeponet_groups
 from .fourier import FourierConfig, FourierOperator
@@ -39,6 +42,27 @@ def network_config(d: dict):
     return ModelConfig(**{k: v for k, v in d.items() if k != "network"})
 
 
+def choose_network(data) -> tuple[str, str]:
+    """``(network, why)``: the network a data set's layout calls for. A field on a grid
+    mapped to a field on the same grid (the sensors an equispaced 2-D grid, or a 1-D one
+    that the data declare periodic, and the query points the same points) takes the
+    Fourier operator; anything else (1-D sensors of an ODE's forcing, scattered or other
+    query points) the DeepONet."""
+    grid = sensor_grid(data.sensors)
+    if grid is None:
+        return "deeponet", "the sensors are not an equispaced grid"
+    sensors = np.asarray(data.sensors, dtype=np.float64)
+    same = data.y.shape == sensors.shape and np.allclose(
+        data.y, sensors, rtol=0, atol=1e-6 * float(np.ptp(sensors, axis=0).max()))
+    where = " x ".join(map(str, grid))
+    if not same:
+        return "deeponet", f"the query points are not the sensors' {where} grid"
+    if len(grid) == 1 and not data.periodic:
+        return "deeponet", (f"the sensors are a 1-D grid of {where} points that the data do "
+                            "not declare periodic")
+    return "fourier", f"input and output are fields on one {where} grid"
+
+
 def parameter_groups(model) -> dict[str, list[str]]:
     """The network's two parameter groups (a DeepONet's: branch and output bias, trunk)."""
     own = getattr(model, "parameter_groups", None)
@@ -46,4 +70,4 @@ def parameter_groups(model) -> dict[str, list[str]]:
 
 
 __all__ = ["NETWORKS", "DeepONet", "FourierConfig", "FourierOperator", "ModelConfig",
-           "build_network", "network_config", "parameter_groups"]
+           "build_network", "choose_network", "network_config", "parameter_groups"]
