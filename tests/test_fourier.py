@@ -19,7 +19,8 @@ torch.set_num_threads(1)
 
 def spectral_only(net: FourierOperator, x: torch.Tensor, layer: int = 0) -> torch.Tensor:
     """The spectral part ``K x`` of one layer on x (1, n, w, *padded)."""
-    return net._spectral(x, net.get_parameter(f"layers.{layer}.spectral").detach()[None])
+    return net._spectral(x, net.get_parameter(f"layers.{layer}.spectral").detach()[None],
+                         net.kept_modes)
 
 
 def test_smooth_sizes_and_padding():
@@ -137,9 +138,9 @@ def test_config_round_trip_and_bad_configs():
         FourierConfig(grid=(4, 4, 4))
     with pytest.raises(ValueError, match="does not exist"):
         FourierConfig(grid=(8,), periodic=((1, 1.0),))
-    with pytest.raises(ValueError, match="query points asked for"):
-        c.check_points(np.zeros((29 * 29, 2)))
-    c.check_points(c.points())
+    with pytest.raises(ValueError, match="not such a grid"):
+        c.grid_of(np.zeros((29 * 29, 2)))
+    assert c.grid_of(c.points()) == (29, 29)
 
 
 def periodic_data(n_train=40, n_test=10, n=32, seed=0) -> OperatorData:
@@ -180,7 +181,9 @@ def test_every_method_trains_saves_and_predicts_a_fourier_network(method, tmp_pa
     for key in ("mean", "std", "obs_lower", "sim_upper"):
         assert out[key].shape == (10, 32)
         np.testing.assert_allclose(out[key], again[key], rtol=1e-5, atol=1e-6)
-    with pytest.raises(ValueError, match="not that grid's points"):
+    with pytest.raises(ValueError, match="not such a grid"):
+        predict(run, data.u_test, data.y[:-1], warn=False)
+    with pytest.raises(ValueError, match="must have shape"):  # u on the training grid
         predict(run, data.u_test, data.y[::2], warn=False)
 
 
@@ -248,3 +251,48 @@ def test_a_network_brings_its_own_defaults_unless_they_are_set():
     assert TrainConfig.from_dict(fourier.to_dict()) == fourier
     with pytest.raises(ValueError, match="unknown network 'fno'"):
         TrainConfig(network="fno")
+
+
+def test_a_spectral_layer_gives_the_same_field_on_a_finer_periodic_grid():
+    """The weights act on modes: on a band-limited input sampled at n and at 3n points of a
+    period, K x agrees at the shared points (to rounding)."""
+    torch.manual_seed(4)
+    coarse = FourierConfig(grid=(16,), periodic=((0, 1.0),), width=2, modes=5)
+    net = FourierOperator(coarse)
+    weight = net.get_parameter("layers.0.spectral").detach()[None]
+
+    def field(n):
+        x = torch.arange(n, dtype=torch.float64) / n
+        a = torch.stack([torch.cos(2 * math.pi * x) + 0.5 * torch.sin(6 * math.pi * x),
+                         torch.sin(4 * math.pi * x + 0.3)])
+        return a.float().reshape(1, 1, 2, n)
+
+    index = mode_index(coarse.padded_for((48,)), coarse.modes)
+    fine = net._spectral(field(48), weight, index)
+    assert torch.allclose(fine[..., ::3], spectral_only(net, field(16)), atol=1e-5)
+
+
+def test_the_padding_keeps_its_extent_on_another_grid():
+    c = FourierConfig(grid=(29, 29), modes=12)
+    assert c.padded_for((85, 85)) == (96, 96) and c.padded_for((57, 57)) == (64, 64)
+    periodic = FourierConfig(grid=(32,), periodic=((0, 1.0),), modes=8, bounds=((0, 31 / 32),))
+    assert periodic.grid_of(np.arange(128)[:, None] / 128) == (128,)
+    with pytest.raises(ValueError, match="resolves at most 5"):
+        periodic.grid_of(np.arange(8)[:, None] / 8)
+
+
+def test_predict_on_a_finer_grid_warns_and_keeps_the_coarse_answer(tmp_path):
+    """Trained at 32 points of a period, asked at 64: the prediction at the shared points
+    stays close to the coarse one (the nonlinearities' harmonics alias differently), the
+    shapes follow the new grid, and a warning names both grids."""
+    data = periodic_data()
+    train(data, TrainConfig(method="sgld", **TINY), out=tmp_path / "run")
+    run = load_run(tmp_path / "run")
+    x = np.arange(64) / 64
+    u_fine = np.fft.irfft(np.fft.rfft(data.u_test), n=64) * 2  # the same band-limited inputs
+    with pytest.warns(UserWarning, match="trained and calibrated on a 32 grid and predicts on 64"):
+        fine = predict(run, u_fine, x[:, None])
+    coarse = predict(run, data.u_test, data.y, warn=False)
+    assert fine["mean"].shape == (10, 64) and fine["novelty"].shape == (10,)
+    err = np.linalg.norm(fine["mean"][:, ::2] - coarse["mean"]) / np.linalg.norm(coarse["mean"])
+    assert err < 0.05, err

@@ -107,13 +107,20 @@ def check_message(check: dict) -> str:
 
 def prediction_warnings(calibration: dict | None, novelty, novel: np.ndarray,
                         false_alarm: float, y: np.ndarray, trained_y: np.ndarray | None,
-                        periodic=(), name: str = "the run") -> list[str]:
+                        periodic=(), name: str = "the run", grids=None) -> list[str]:
     """The warning lines of a prediction at the points ``y`` (P, d) by the run ``name``
     whose posterior holds ``calibration`` (its dict) and ``novelty``
     (:class:`~.novelty.Novelty` or None), with ``novel`` (n,) its flags at ``false_alarm``;
     ``trained_y`` the run's training query points (None: not known), ``periodic`` its
-    ``(coordinate, period)`` pairs."""
+    ``(coordinate, period)`` pairs; ``grids``: ``(training grid, grid of y)`` where a
+    Fourier network predicts on another grid than its own."""
     out, cal = [], calibration or {}
+    if grids is not None:
+        trained, asked = (" x ".join(map(str, g)) for g in grids)
+        out.append(f"{name} was trained and calibrated on a {trained} grid and predicts on "
+                   f"{asked}: the bands were fitted at the training grid (how far they hold "
+                   "at another is measured in docs/bands.md), and novelty is scored on the "
+                   "inputs interpolated onto it")
     if "function_confidence" in cal and cal["function_confidence"] is None:
         out.append(f"{name} holds too few held-out functions (under 10) to fit its "
                    "function-level band: it is the Gaussian union bound, with no stated "

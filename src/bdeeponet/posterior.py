@@ -9,6 +9,7 @@ Several chains that have not mixed give a Student-t band (:func:`pooled_predicti
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -79,6 +80,20 @@ class Posterior:
         """Coordinates of a query point (the trunk reads the modes' values beside them)."""
         return self.config.dim_y if self.modes is None else self.modes.dim_y
 
+    def input_width(self, y) -> int:
+        """Values of a raw input for predictions at ``y`` (P, d): the sensors, or for a
+        Fourier network the points of y's grid (:meth:`FourierConfig.grid_of`)."""
+        if isinstance(self.config, FourierConfig):
+            return math.prod(self.config.grid_of(y))
+        return self.n_sensors
+
+    def training_inputs(self, u, y):
+        """Raw inputs ``u`` given for predictions at ``y`` as at the training sensors (a
+        Fourier network's input on another grid, interpolated onto its own)."""
+        if isinstance(self.config, FourierConfig):
+            return self.config.resample(u, self.config.grid_of(y))
+        return u
+
     @property
     def n_samples(self) -> int:
         return self.mc_dropout or self.samples.shape[0]
@@ -116,10 +131,8 @@ class Posterior:
         predictive distribution of :func:`pooled_predictive`, uncalibrated
         (``raw_lower``/``raw_upper``: mean ± z raw_std). The calibrated bands are
         :func:`bdeeponet.predict`'s."""
-        u = input_array("'u'", u, self.n_sensors, "n", "the run's sensor count")
         y = input_array("'y'", y, self.dim_y, "P", "the run's query dimension")
-        if isinstance(self.config, FourierConfig):
-            self.config.check_points(y)
+        u = input_array("'u'", u, self.input_width(y), "n", "the run's sensor count")
         u = torch.as_tensor(u, dtype=torch.float32, device=self.samples.device)
         y = torch.as_tensor(y, dtype=torch.float32, device=self.samples.device)
         chains = 1 if self.mc_dropout else self.chains

@@ -18,6 +18,7 @@ from .data import OperatorData, input_array
 from .device import resolve_device
 from .linear import LinearPosterior
 from .metrics import all_metrics
+from .networks import FourierConfig
 from .novelty import DEFAULT_FALSE_ALARM, check_false_alarm
 from .posterior import Posterior
 
@@ -100,29 +101,42 @@ def predict(run: Run, u, y, level: float = 0.95, function_level: float = 0.95,
     :class:`~.advice.RunWarning`."""
     run = as_run(run)
     check_false_alarm(false_alarm)
-    u = input_array("'u'", u, run.n_sensors, "n", "the run's sensor count")
-    y = input_array("'y'", y, run.dim_y, "P", "the run's query dimension")
-    if isinstance(run.posterior, Posterior):
-        run.posterior.to(resolve_device(device))
-    out = run.posterior.predict(u, y, seed=run.config.seed)
     post = run.posterior
+    sampled = isinstance(post, Posterior)
+    y = input_array("'y'", y, run.dim_y, "P", "the run's query dimension")
+    u = input_array("'u'", u, post.input_width(y) if sampled else run.n_sensors, "n",
+                    "the run's sensor count")
+    if sampled:
+        post.to(resolve_device(device))
+    out = post.predict(u, y, seed=run.config.seed)
     result = bands(out["mean"].numpy(), out["raw_std"].numpy(), post.noise_std,
                    Calibration.from_dict(post.calibration), level, function_level,
                    out["dof"].numpy())
     if post.novelty is None:
         result["novelty"], result["novel"] = np.full(len(u), np.nan), np.zeros(len(u), bool)
     else:
-        result["novelty"], result["novel"] = post.novelty.score(u, false_alarm)
+        result["novelty"], result["novel"] = post.novelty.score(
+            post.training_inputs(u, y) if sampled else u, false_alarm)
     if warn:
         lines = prediction_warnings(
             post.calibration, post.novelty, result["novel"], false_alarm, y,
             run.saved_query_points(), getattr(getattr(post, "config", None), "periodic", ()),
-            "the run" if run.path is None else str(run.path))
+            "the run" if run.path is None else str(run.path), grid_change(post, y))
         for line in lines:
             warnings.warn(line, RunWarning, stacklevel=2)
     return result
 
 
+
+
+def grid_change(posterior, y) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """``(training grid, y's grid)`` where a Fourier network predicts on a grid other than
+    the one it was trained on; None elsewhere."""
+    config = getattr(posterior, "config", None)
+    if not isinstance(config, FourierConfig):
+        return None
+    grid = config.grid_of(y)
+    return None if grid == config.grid else (config.grid, grid)
 
 
 def evaluate(run: Run, data: OperatorData, device: torch.device | str | None = "auto") -> dict:

@@ -32,9 +32,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
+from scipy.interpolate import interpn
 from torch import nn
 from torch.nn import functional as F
 
+from ..data import sensor_grid as points_grid
 from ..model import Dropout, _periodic_pairs
 
 KIND = "fourier"
@@ -131,16 +133,60 @@ class FourierConfig:
         axes = [np.linspace(lo, hi, g) for (lo, hi), g in zip(self.bounds, self.grid, strict=True)]
         return np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, len(axes))
 
-    def check_points(self, y) -> None:
-        """ValueError unless ``y`` (P, d) are the grid's points: the network's output lies
-        on its input's grid."""
+    def grid_of(self, y) -> tuple[int, ...]:
+        """The shape of the grid ``y`` (P, d) lies on: the training grid's, or another
+        equispaced grid (row major) over the same bounds, where the network predicts too
+        (its weights live on modes). ValueError where ``y`` is no such grid, or one too
+        coarse for the modes."""
         y = np.asarray(y, dtype=np.float64)
-        mine = self.points()
         span = max(hi - lo for lo, hi in self.bounds)
-        if y.shape != mine.shape or not np.allclose(y, mine, rtol=0, atol=1e-5 * span):
-            raise ValueError(f"this run's Fourier network predicts on its "
-                             f"{' x '.join(map(str, self.grid))} grid, and the "
-                             f"{len(y)} query points asked for are not that grid's points")
+        if y.shape == (self.n_points, len(self.grid)) and np.allclose(
+                y, self.points(), rtol=0, atol=1e-5 * span):
+            return self.grid
+        shape = points_grid(y) if y.ndim == 2 and y.shape[1] == len(self.grid) else None
+        if shape is None or not np.allclose(self._extent(y.min(axis=0), y.max(axis=0), shape),
+                                            self._extent(*np.array(self.bounds).T, self.grid),
+                                            rtol=0, atol=1e-5 * span):
+            bounds = " x ".join(f"[{a:g}, {b:g}{')' if p else ']'}" for (a, b), p in
+                                zip(self._extent(*np.array(self.bounds).T, self.grid),
+                                    self.periodic_axes, strict=True))
+            raise ValueError(f"this run's Fourier network gives its output on an equispaced "
+                             f"grid over {bounds} (trained on {' x '.join(map(str, self.grid))}), "
+                             f"listed in row-major order; the {len(y)} query points asked "
+                             "for are not such a grid")
+        if self.modes > max_modes(shape):
+            raise ValueError(f"a {' x '.join(map(str, shape))} grid resolves at most "
+                             f"{max_modes(shape)} Fourier modes per axis, and this run's "
+                             f"network uses {self.modes}: ask for a finer grid")
+        return shape
+
+    def _extent(self, lo, hi, grid) -> np.ndarray:
+        """(d, 2): per axis where a grid of ``grid`` points from ``lo`` to ``hi`` starts and
+        ends, a periodic axis's end one step past its last point (its period)."""
+        hi = [h + (h - a) / (g - 1) if p else h for a, h, g, p in
+              zip(lo, hi, grid, self.periodic_axes, strict=True)]
+        return np.column_stack([lo, hi])
+
+    def padded_for(self, grid: tuple[int, ...]) -> tuple[int, ...]:
+        """The spectral layers' size on ``grid``: along a non-periodic axis the padded
+        extent of the training grid, in the new grid's steps (29 -> 32 points is 85 -> 96),
+        so that each retained mode keeps its physical frequency."""
+        if grid == self.grid:
+            return self.padded
+        out = []
+        for g, g0, p0, periodic in zip(grid, self.grid, self.padded, self.periodic_axes,
+                                       strict=True):
+            out.append(g if periodic else max(g + 1, round(p0 * (g - 1) / (g0 - 1))))
+        return tuple(out)
+
+    def resample(self, u: np.ndarray, grid: tuple[int, ...]) -> np.ndarray:
+        """Inputs (n, prod(grid)) on ``grid`` as (n, m) on the training grid, by linear
+        interpolation (what the run's novelty score reads)."""
+        if grid == self.grid:
+            return u
+        axes = [np.linspace(lo, hi, g) for (lo, hi), g in zip(self.bounds, grid, strict=True)]
+        values = np.moveaxis(np.asarray(u, dtype=np.float64).reshape(len(u), *grid), 0, -1)
+        return interpn(axes, values, self.points()).T
 
     @property
     def periodic_axes(self) -> tuple[bool, ...]:
@@ -209,7 +255,7 @@ class FourierOperator(nn.Module):
         super().__init__()
         self.config = c = config
         index = mode_index(c.padded, c.modes)
-        self.register_buffer("modes", index, persistent=False)
+        self.register_buffer("kept_modes", index, persistent=False)
         w, k = c.width, index.numel()
 
         def param(*shape, sd):
@@ -262,8 +308,20 @@ class FourierOperator(nn.Module):
         """The output (n, P) for one set of ``params`` (names as ``named_parameters``), or
         (C, n, P) for C chains' (each tensor (C, ...)); ``u`` (n, m) or, one batch per
         chain, (C, n, m). ``y`` and ``memo`` are accepted for the samplers' signature: the
-        output lies on the input grid."""
+        output lies on the input grid: the training grid, or (``u`` of another width)
+        the grid of ``y`` (:meth:`FourierConfig.grid_of`)."""
         c = self.config
+        if u.shape[-1] == c.n_points:
+            grid, padded, index = c.grid, c.padded, self.kept_modes
+        else:
+            if y is None:
+                raise ValueError(f"u has {u.shape[-1]} points, the training grid "
+                                 f"{c.n_points}: pass y, the grid it is given on")
+            grid = c.grid_of(y.detach().cpu().numpy())
+            if math.prod(grid) != u.shape[-1]:
+                raise ValueError(f"u has {u.shape[-1]} points and y {math.prod(grid)}")
+            padded = c.padded_for(grid)
+            index = mode_index(padded, c.modes).to(u.device)
         single = params["lift.bias"].dim() == 1
         if single:
             params = {n: p.unsqueeze(0) for n, p in params.items()}
@@ -271,22 +329,22 @@ class FourierOperator(nn.Module):
         if u.dim() == 2:
             u = u.unsqueeze(0)
         n = u.shape[1]
-        x = ((u - c.u_shift) / c.u_scale).reshape(u.shape[0], n, 1, *c.grid)
+        x = ((u - c.u_shift) / c.u_scale).reshape(u.shape[0], n, 1, *grid)
         if c.coordinates:
-            x = torch.cat([x.expand(chains, *x.shape[1:]), self._coordinates(x).expand(
-                chains, n, c.coordinates, *c.grid)], dim=2)
+            x = torch.cat([x.expand(chains, *x.shape[1:]), self._coordinates(x, grid).expand(
+                chains, n, c.coordinates, *grid)], dim=2)
         x = _pointwise(x, params["lift.weight"], params["lift.bias"])  # (C, n, w, *grid)
-        pad = [p - g for g, p in zip(c.grid, c.padded, strict=True)]
+        pad = [p - g for g, p in zip(grid, padded, strict=True)]
         if any(pad):
             x = F.pad(x, [v for p in reversed(pad) for v in (0, p)])
         act = _ACT[c.activation]
         for i in range(c.depth):
-            spectral = self._spectral(x, params[f"layers.{i}.spectral"])
+            spectral = self._spectral(x, params[f"layers.{i}.spectral"], index)
             x = spectral + _pointwise(x, params[f"layers.{i}.weight"], params[f"layers.{i}.bias"])
             if i < c.depth - 1:
                 x = self._dropout(act(x))
         if any(pad):
-            x = x[(..., *(slice(0, g) for g in c.grid))]
+            x = x[(..., *(slice(0, g) for g in grid))]
         x = self._dropout(act(_pointwise(x, params["project.0.weight"], params["project.0.bias"])))
         x = _pointwise(x, params["project.1.weight"], params["project.1.bias"])
         out = x.reshape(chains, n, -1)
@@ -302,27 +360,28 @@ class FourierOperator(nn.Module):
         mask = self.drop.mask(x.new_empty(x.shape[:3]))
         return x if mask is None else x * mask[(..., *([None] * (x.dim() - 3)))]
 
-    def _coordinates(self, like: torch.Tensor) -> torch.Tensor:
+    def _coordinates(self, like: torch.Tensor, grid: tuple[int, ...]) -> torch.Tensor:
         """(1, 1, k, *grid): each non-periodic axis's coordinate on [0, 1]."""
         c = self.config
-        axes = [torch.linspace(0, 1, g, dtype=like.dtype, device=like.device) for g in c.grid]
+        axes = [torch.linspace(0, 1, g, dtype=like.dtype, device=like.device) for g in grid]
         mesh = torch.meshgrid(*axes, indexing="ij")
         return torch.stack([m for m, p in zip(mesh, c.periodic_axes, strict=True) if not p])[None, None]
 
-    def _spectral(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    def _spectral(self, x: torch.Tensor, weight: torch.Tensor,
+                  index: torch.Tensor) -> torch.Tensor:
         """``F⁻¹(R · F x)`` over the last one or two axes of x (C, n, w, *padded), R the
-        complex (C, w, w, k) weights at the retained modes."""
+        complex (C, w, w, k) weights at the retained modes (``index``, :func:`mode_index`)."""
         dims = tuple(range(-len(self.config.grid), 0))
         size = x.shape[-len(dims):]
         xh = torch.fft.rfftn(x, dim=dims, norm="ortho")
         flat = xh.reshape(*xh.shape[:3], -1)  # (C, n, w, modes of the transform)
-        kept = flat.index_select(-1, self.modes)  # (C, n, w, k)
+        kept = flat.index_select(-1, index)  # (C, n, w, k)
         r = torch.complex(weight[..., 0], weight[..., 1])  # (C, w_in, w_out, k); weight may be
         # a view of a flat buffer at any offset, which view_as_complex refuses
         # per mode a matrix product: (C, k, n, w_in) @ (C, k, w_in, w_out)
         mixed = torch.matmul(kept.permute(0, 3, 1, 2), r.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
         out = flat.new_zeros(*flat.shape[:2], r.shape[2], flat.shape[-1])
-        out = out.index_copy(-1, self.modes, mixed)
+        out = out.index_copy(-1, index, mixed)
         return torch.fft.irfftn(out.reshape(*out.shape[:3], *xh.shape[3:]), s=size, dim=dims,
                                 norm="ortho")
 
