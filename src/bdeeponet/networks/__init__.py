@@ -42,18 +42,27 @@ def network_config(d: dict):
     return ModelConfig(**{k: v for k, v in d.items() if k != "network"})
 
 
+def field_grid(data) -> tuple[tuple[int, ...] | None, bool]:
+    """``(grid, same)``: the shape of the equispaced 1-D or 2-D grid (row major) the sensors
+    lie on (None where they do not), and whether the query points are those same points."""
+    grid = sensor_grid(data.sensors)
+    if grid is None:
+        return None, False
+    sensors = np.asarray(data.sensors, dtype=np.float64)
+    same = data.y.shape == sensors.shape and np.allclose(
+        data.y, sensors, rtol=0, atol=1e-6 * float(np.ptp(sensors, axis=0).max()))
+    return grid, bool(same)
+
+
 def choose_network(data) -> tuple[str, str]:
     """``(network, why)``: the network a data set's layout calls for. A field on a grid
     mapped to a field on the same grid (the sensors an equispaced 2-D grid, or a 1-D one
     that the data declare periodic, and the query points the same points) takes the
     Fourier operator; anything else (1-D sensors of an ODE's forcing, scattered or other
     query points) the DeepONet."""
-    grid = sensor_grid(data.sensors)
+    grid, same = field_grid(data)
     if grid is None:
         return "deeponet", "the sensors are not an equispaced grid"
-    sensors = np.asarray(data.sensors, dtype=np.float64)
-    same = data.y.shape == sensors.shape and np.allclose(
-        data.y, sensors, rtol=0, atol=1e-6 * float(np.ptp(sensors, axis=0).max()))
     where = " x ".join(map(str, grid))
     if not same:
         return "deeponet", f"the query points are not the sensors' {where} grid"
@@ -70,4 +79,5 @@ def parameter_groups(model) -> dict[str, list[str]]:
 
 
 __all__ = ["NETWORKS", "DeepONet", "FourierConfig", "FourierOperator", "ModelConfig",
-           "build_network", "choose_network", "network_config", "parameter_groups"]
+           "build_network", "choose_network", "field_grid", "network_config",
+           "parameter_groups"]
