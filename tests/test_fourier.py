@@ -296,3 +296,18 @@ def test_predict_on_a_finer_grid_warns_and_keeps_the_coarse_answer(tmp_path):
     assert fine["mean"].shape == (10, 64) and fine["novelty"].shape == (10,)
     err = np.linalg.norm(fine["mean"][:, ::2] - coarse["mean"]) / np.linalg.norm(coarse["mean"])
     assert err < 0.05, err
+
+
+def test_a_fourier_network_on_a_1d_grid_runs_more_epochs_unless_told():
+    from bdeeponet.networks import FOURIER_1D_EPOCHS, fit_to_data
+
+    data = periodic_data()
+    assert fit_to_data(TrainConfig(network="fourier"), data).epochs == FOURIER_1D_EPOCHS
+    assert fit_to_data(TrainConfig(network="fourier", epochs=9), data).epochs == 9
+    assert fit_to_data(TrainConfig(), data).epochs == 2000
+    g = np.stack(np.meshgrid(np.linspace(0, 1, 5), np.linspace(0, 1, 5), indexing="ij"),
+                 -1).reshape(-1, 2)
+    rng = np.random.default_rng(0)
+    field = OperatorData(rng.random((4, 25)), rng.random((4, 25)), rng.random((2, 25)),
+                         rng.random((2, 25)), g, g)
+    assert fit_to_data(TrainConfig(network="fourier"), field).epochs == 60

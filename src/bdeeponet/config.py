@@ -42,7 +42,7 @@ class TrainConfig:
     chains: int | None = _opt(None, "independent chains (ensemble: members), run as one "
                               "batch and pooled (default: 1; ensemble 8)")
     epochs: int | None = _opt(None, "passes over the training functions (default: 2000; "
-                              "fourier: 60)")
+                              "fourier: 60 on a 2-D grid, 300 on a 1-D one)")
     batch_size: int | None = _opt(None, "functions per minibatch, all P points of each "
                                   "(default: 100; fourier: 20)")
     seed: int = _opt(0, "seed of the initialisation, minibatches, noise and held-out split")
@@ -220,6 +220,11 @@ class TrainConfig:
                              f"{self.epochs - self.burn_in_epochs} sampled epochs (epochs - burn-in)")
 
     @property
+    def network_defaults(self) -> tuple[str, ...]:
+        """The fields that took their network's default (they were left None)."""
+        return self._network_defaults
+
+    @property
     def activation_name(self) -> str:
         if self.activation is not None:
             return self.activation
@@ -280,7 +285,7 @@ class TrainConfig:
         defaults for the fields that took the former network's."""
         changes = {k: v for k, v in changes.items() if v is not None}
         if changes.get("network", self.network) != self.network:
-            changes = {**{n: None for n in self._network_defaults}, **changes}
+            changes = {**{n: None for n in self.network_defaults}, **changes}
         return replace(self, **changes)
 
 

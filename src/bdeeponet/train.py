@@ -34,7 +34,7 @@ from .io import atomic_write, write_json, write_text
 from .linear import LinearPosterior, fit_linear
 from .metrics import convergence, effective_sample_size, relative_errors
 from .model import DeepONet, ModelConfig, set_dropout_generator, standardisation
-from .networks import FourierConfig, build_network, field_grid
+from .networks import FourierConfig, build_network, field_grid, fit_to_data
 from .noise import noise_sd_from_residuals
 from .novelty import DEFAULT_FALSE_ALARM, fit_novelty
 from .posterior import Posterior, flatten
@@ -410,7 +410,7 @@ def train(
     if out is not None and str(out) == "":
         raise ValueError("out must name a directory (None: write nothing), got ''")
     with torch.enable_grad(), _default_dtype(torch.float32):
-        result = _train(data, config, out, resume, progress, device)
+        result = _train(data, fit_to_data(config, data), out, resume, progress, device)
     for line in result.metrics["warnings"]:
         warnings.warn(line, RunWarning, stacklevel=2)
     return result

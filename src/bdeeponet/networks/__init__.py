@@ -72,6 +72,20 @@ def choose_network(data) -> tuple[str, str]:
     return "fourier", f"input and output are fields on one {where} grid"
 
 
+FOURIER_1D_EPOCHS = 300  # a 1-D field is cheap a step and wants more of them (Burgers)
+
+
+def fit_to_data(config, data):
+    """``config`` with the defaults that depend on the data's layout as well as on the
+    network: a Fourier network on a 1-D grid runs ``FOURIER_1D_EPOCHS`` epochs unless its
+    epochs were set (measured in docs/results/field-benchmarks)."""
+    grid, _ = field_grid(data)
+    if (config.network == "fourier" and "epochs" in config.network_defaults
+            and grid is not None and len(grid) == 1):
+        return config.updated(epochs=FOURIER_1D_EPOCHS)
+    return config
+
+
 def parameter_groups(model) -> dict[str, list[str]]:
     """The network's two parameter groups (a DeepONet's: branch and output bias, trunk)."""
     own = getattr(model, "parameter_groups", None)
@@ -79,5 +93,5 @@ def parameter_groups(model) -> dict[str, list[str]]:
 
 
 __all__ = ["NETWORKS", "DeepONet", "FourierConfig", "FourierOperator", "ModelConfig",
-           "build_network", "choose_network", "field_grid", "network_config",
+           "build_network", "choose_network", "field_grid", "fit_to_data", "network_config",
            "parameter_groups"]
