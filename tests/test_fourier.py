@@ -240,6 +240,11 @@ def test_the_network_is_chosen_from_the_datas_layout():
     field = OperatorData(rng.random((4, 25)), rng.random((4, 25)), rng.random((2, 25)),
                          rng.random((2, 25)), g, g)
     assert choose_network(field) == ("fourier", "input and output are fields on one 5 x 5 grid")
+    g85 = np.stack(np.meshgrid(np.linspace(0, 1, 85), np.linspace(0, 1, 85), indexing="ij"),
+                   -1).reshape(-1, 2)
+    big = OperatorData(rng.random((4, 7225)), rng.random((4, 7225)), rng.random((2, 7225)),
+                       rng.random((2, 7225)), g85, g85)
+    assert choose_network(big)[0] == "deeponet"
 
 
 def test_a_network_brings_its_own_defaults_unless_they_are_set():

@@ -42,6 +42,9 @@ def network_config(d: dict):
     return ModelConfig(**{k: v for k, v in d.items() if k != "network"})
 
 
+FOURIER_CHOSEN_MAX_POINTS = 64 * 64  # 2-D grids the choice gives the Fourier network
+
+
 def field_grid(data) -> tuple[tuple[int, ...] | None, bool]:
     """``(grid, same)``: the shape of the equispaced 1-D or 2-D grid (row major) the sensors
     lie on (None where they do not), and whether the query points are those same points."""
@@ -69,6 +72,10 @@ def choose_network(data) -> tuple[str, str]:
     if len(grid) == 1 and not data.periodic:
         return "deeponet", (f"the sensors are a 1-D grid of {where} points that the data do "
                             "not declare periodic")
+    if len(grid) == 2 and grid[0] * grid[1] > FOURIER_CHOSEN_MAX_POINTS:
+        return "deeponet", (f"a {where} grid is beyond the 2-D sizes where the Fourier "
+                            "network's default run is measured (up to 64 x 64; at 85 x 85 a "
+                            "step costs about 9 times a 29 x 29 one)")
     return "fourier", f"input and output are fields on one {where} grid"
 
 

@@ -317,7 +317,7 @@ class FourierOperator(nn.Module):
             if y is None:
                 raise ValueError(f"u has {u.shape[-1]} points, the training grid "
                                  f"{c.n_points}: pass y, the grid it is given on")
-            grid = c.grid_of(y.detach().cpu().numpy())
+            grid = _grid_shape(y.detach().cpu().numpy())  # (y checked by predict's caller)
             if math.prod(grid) != u.shape[-1]:
                 raise ValueError(f"u has {u.shape[-1]} points and y {math.prod(grid)}")
             padded = c.padded_for(grid)
@@ -384,6 +384,14 @@ class FourierOperator(nn.Module):
         out = out.index_copy(-1, index, mixed)
         return torch.fft.irfftn(out.reshape(*out.shape[:3], *xh.shape[3:]), s=size, dim=dims,
                                 norm="ortho")
+
+
+def _grid_shape(y: np.ndarray) -> tuple[int, ...]:
+    """Points per axis of a row-major grid y (P, d), read in the float32 a forward pass
+    gets: distinct coordinates per axis at 1e-4 of the axis's span."""
+    span = np.ptp(y, axis=0)
+    return tuple(len(np.unique(np.round((y[:, j] - y[:, j].min()) / max(span[j], 1e-30) * 1e4)))
+                 for j in range(y.shape[1]))
 
 
 def _pointwise(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
