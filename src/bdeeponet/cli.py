@@ -467,6 +467,10 @@ def train_config(args):
     return TrainConfig.from_dict(merged)
 
 
+# options only a DeepONet reads: given, they choose it
+DEEPONET_OPTIONS = ("branch", "trunk", "branch_pca", "latent", "trunk_harmonics", "depth")
+
+
 def cmd_train(args) -> None:
     import torch
 
@@ -484,7 +488,11 @@ def cmd_train(args) -> None:
         torch.set_num_threads(args.threads)
     config = train_config(args)
     data = load(args.data)
-    if args.network is None and not (args.config and "network" in load_toml(args.config)):
+    deeponet_only = [f"--{n.replace('_', '-')}" for n in DEEPONET_OPTIONS
+                     if getattr(args, n) is not None]
+    if args.network is None and deeponet_only:  # (the DeepONet is TrainConfig's default)
+        print(f"network: deeponet ({', '.join(deeponet_only)} given)")
+    elif args.network is None and not (args.config and "network" in load_toml(args.config)):
         network, why = choose_network(data)
         config = config.updated(network=network)
         other = "deeponet" if network == "fourier" else "fourier"
