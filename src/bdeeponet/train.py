@@ -34,7 +34,7 @@ from .io import atomic_write, write_json, write_text
 from .linear import LinearPosterior, fit_linear
 from .metrics import convergence, effective_sample_size, relative_errors
 from .model import DeepONet, ModelConfig, set_dropout_generator, standardisation
-from .networks import FourierConfig, build_network, field_grid, fit_to_data
+from .networks import FourierConfig, FourierOperator, build_network, field_grid, fit_to_data
 from .noise import noise_sd_from_residuals
 from .novelty import DEFAULT_FALSE_ALARM, fit_novelty
 from .posterior import Posterior, flatten
@@ -290,7 +290,7 @@ def resolve_noise_std(config: TrainConfig, data: OperatorData) -> float | None:
 
 
 @torch.no_grad()
-def residual_sd(model: DeepONet, params, u: torch.Tensor, s: torch.Tensor, y: torch.Tensor,
+def residual_sd(model: DeepONet | FourierOperator, params, u: torch.Tensor, s: torch.Tensor, y: torch.Tensor,
                 points) -> float:
     """The noise sd estimated from the model's training residuals (``noise_std = "auto"``),
     by :func:`noise_sd_from_residuals` along the grid lines of ``points``, the query points'
@@ -317,8 +317,8 @@ class Setup:
     starts from, each tensor (C, ...): chain 0 is the model's initialisation from the seed,
     chain c > 0 one drawn from the seed and c."""
 
-    model: DeepONet
-    model_config: ModelConfig
+    model: DeepONet | FourierOperator
+    model_config: ModelConfig | FourierConfig
     energy: GaussianEnergy
     sampler: object
     generator: torch.Generator
@@ -336,7 +336,7 @@ class Setup:
         return self.sampler.init(self.initial, chains=self.chains)
 
 
-def initial_parameters(mconf: ModelConfig, seed: int, chains: int) -> dict[str, torch.Tensor]:
+def initial_parameters(mconf: ModelConfig | FourierConfig, seed: int, chains: int) -> dict[str, torch.Tensor]:
     """C independent initialisations (tensors (C, ...)), chain 0 from ``seed`` itself (the
     model's own initialisation), chain c from the seed sequence of (seed, c)."""
     inits = []
