@@ -12,7 +12,8 @@ import torch
 from bdeeponet import OperatorData, TrainConfig, load_run, predict, train
 from bdeeponet.energy import fan_in_prior
 from bdeeponet.networks import FourierConfig, FourierOperator, build_network, network_config, parameter_groups
-from bdeeponet.networks.fourier import max_modes, mode_index, smooth_size
+from bdeeponet.networks.fourier import default_patch, max_modes, mode_index, smooth_size
+from bdeeponet.train import fourier_config
 
 torch.set_num_threads(1)
 
@@ -244,7 +245,10 @@ def test_the_network_is_chosen_from_the_datas_layout():
                    -1).reshape(-1, 2)
     big = OperatorData(rng.random((4, 7225)), rng.random((4, 7225)), rng.random((2, 7225)),
                        rng.random((2, 7225)), g85, g85)
-    assert choose_network(big)[0] == "deeponet"
+    assert choose_network(big) == ("fourier", "input and output are fields on one 85 x 85 "
+                                   "grid, read in patches of 3 x 3 points")
+    assert fourier_config(TrainConfig(network="fourier"), big).patch == 3
+    assert fourier_config(TrainConfig(network="fourier", patch=1), big).patch == 1
 
 
 def test_a_network_brings_its_own_defaults_unless_they_are_set():
@@ -304,7 +308,7 @@ def test_predict_on_a_finer_grid_warns_and_keeps_the_coarse_answer(tmp_path):
 
 
 def test_a_fourier_network_on_a_1d_grid_runs_more_epochs_unless_told():
-    from bdeeponet.networks import FOURIER_1D_EPOCHS, fit_to_data
+    from bdeeponet.networks import FOURIER_1D_EPOCHS, FOURIER_PATCH_EPOCHS, fit_to_data
 
     data = periodic_data()
     assert fit_to_data(TrainConfig(network="fourier"), data).epochs == FOURIER_1D_EPOCHS
@@ -316,3 +320,78 @@ def test_a_fourier_network_on_a_1d_grid_runs_more_epochs_unless_told():
     field = OperatorData(rng.random((4, 25)), rng.random((4, 25)), rng.random((2, 25)),
                          rng.random((2, 25)), g, g)
     assert fit_to_data(TrainConfig(network="fourier"), field).epochs == 60
+    g = np.stack(np.meshgrid(*[np.linspace(0, 1, 50)] * 2, indexing="ij"), -1).reshape(-1, 2)
+    big = OperatorData(rng.random((4, 2500)), rng.random((4, 2500)), rng.random((2, 2500)),
+                       rng.random((2, 2500)), g, g)  # read in patches of 2
+    assert fit_to_data(TrainConfig(network="fourier"), big).epochs == FOURIER_PATCH_EPOCHS
+    assert fit_to_data(TrainConfig(network="fourier", patch=1), big).epochs == 60
+
+
+def test_patches_are_the_grids_points_as_channels_and_come_back_whole():
+    """Patch (a, b) of coarse point (i, j) is the fine point (p i + a - lo, p j + b - lo) of
+    the edge-padded grid; the output's patches land back on those points, the padding cut."""
+    for grid, p in (((85, 85), 3), ((85, 85), 2), ((13, 10), 4)):
+        c = FourierConfig(grid=grid, patch=p, width=2, modes=2, projection=2)
+        net = FourierOperator(c)
+        (lo0, _), (lo1, _) = c.patch_padding()
+        assert c.coarse == tuple(-(-g // p) for g in grid)
+        u = torch.randn(1, 3, *grid)
+        x = net._patches(u)
+        assert x.shape == (1, 3, p * p, *c.coarse)
+        for i, j, a, b in ((0, 0, 0, 0), (1, 2, p - 1, 0), (c.coarse[0] - 1, c.coarse[1] - 1,
+                                                          p - 1, p - 1)):
+            r = min(max(p * i + a - lo0, 0), grid[0] - 1)  # replicated at the edges
+            s = min(max(p * j + b - lo1, 0), grid[1] - 1)
+            assert x[0, 1, a * p + b, i, j] == u[0, 1, r, s]
+        assert torch.equal(net._unpatch(x), u)
+    assert FourierConfig(grid=(85, 85), patch=3).patch_padding() == ((1, 1), (1, 1))
+    assert [default_patch((g, g), (False, False)) for g in (29, 32, 36, 47, 64, 85, 421)] == [
+        1, 1, 1, 2, 2, 3, 14]  # (36: patches of 2 would leave 18 points, 9 modes)
+    assert default_patch((85, 85), (False, False), modes=16) == 2
+    assert default_patch((64, 64), (True, True)) == 2 and default_patch((100, 100), (True, False)) == 4
+    assert default_patch((1024,), (True,)) == 1
+    # on a periodic axis the patches tile the grid, and a shift by one patch commutes
+    torch.manual_seed(4)
+    net = FourierOperator(FourierConfig(grid=(30,), periodic=((0, 1.0),), patch=3, width=4,
+                                        modes=4, projection=8))
+    u = torch.randn(2, 30)
+    assert torch.allclose(net(torch.roll(u, 6, 1)), torch.roll(net(u), 6, 1), atol=1e-5)
+    assert not torch.allclose(net(torch.roll(u, 1, 1)), torch.roll(net(u), 1, 1), atol=1e-3)
+    with pytest.raises(ValueError, match="must tile the periodic axis 0 of 30"):
+        FourierConfig(grid=(30,), periodic=((0, 1.0),), patch=4)
+    with pytest.raises(ValueError, match="grid of patches resolves at most"):
+        FourierConfig(grid=(85, 85), patch=3, modes=15)
+
+
+def test_a_network_on_patches_predicts_on_its_own_grid_only():
+    c = FourierConfig(grid=(12, 12), patch=2, width=2, modes=3, projection=2)
+    assert c.grid_of(c.points()) == (12, 12)
+    g = np.stack(np.meshgrid(*[np.linspace(0, 1, 24)] * 2, indexing="ij"), -1).reshape(-1, 2)
+    with pytest.raises(ValueError, match="patches of 2 points a side, so it predicts on its "
+                                         "training grid only"):
+        c.grid_of(g)
+    with pytest.raises(ValueError, match="patches of 2 points"):
+        FourierOperator(c)(torch.randn(1, 576), torch.tensor(g, dtype=torch.float32))
+
+
+def test_the_stiffness_reads_a_subset_of_a_large_grids_points():
+    """A Fourier network's output is its whole grid: on more than HESSIAN_POINTS points the
+    Hessian estimate picks its subset from the output. Every point, in a shuffled order, is
+    the same Hessian as the grid read whole."""
+    from bdeeponet.energy import GaussianEnergy
+    from bdeeponet.samplers.kfac import HESSIAN_POINTS, estimate_kfac, scaled_hessian
+
+    torch.manual_seed(5)
+    c = FourierConfig(grid=(40, 40), width=2, modes=3, depth=1, projection=4)
+    assert c.n_points > HESSIAN_POINTS
+    net = FourierOperator(c)
+    g = torch.Generator().manual_seed(0)
+    u, s = torch.randn(3, 1600, generator=g), torch.randn(3, 1600, generator=g)
+    energy = GaussianEnergy(net, torch.tensor(c.points(), dtype=torch.float32), 30, 0.1)
+    params = {n: p.detach().clone() for n, p in net.named_parameters()}
+    metric = estimate_kfac(energy, params, [(u, s)], g, samples=2)
+    v = {n: torch.randn(p.shape, generator=g, dtype=torch.float64) for n, p in params.items()}
+    whole = scaled_hessian(energy, metric, params, [(u, s)])(v)
+    shuffled = scaled_hessian(energy, metric, params, [(u, s)], torch.randperm(1600, generator=g))(v)
+    for n in params:
+        assert torch.allclose(shuffled[n], whole[n], rtol=1e-9, atol=1e-9 * whole[n].abs().max())

@@ -492,8 +492,11 @@ def cmd_train(args) -> None:
                      if getattr(args, n) is not None]
     if args.network is None and deeponet_only:  # (the DeepONet is TrainConfig's default)
         print(f"network: deeponet ({', '.join(deeponet_only)} given)")
+    elif args.network is None and args.patch is not None:
+        config = config.updated(network="fourier")
+        print("network: fourier (--patch given)")
     elif args.network is None and not (args.config and "network" in load_toml(args.config)):
-        network, why = choose_network(data)
+        network, why = choose_network(data, config.modes)
         config = config.updated(network=network)
         other = "deeponet" if network == "fourier" else "fourier"
         print(f"network: {network} ({why}; --network {other} for the other)")

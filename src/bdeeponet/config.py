@@ -83,6 +83,10 @@ class TrainConfig:
                         "2-D grid)", choices=NETWORKS)
     modes: int = _opt(12, "fourier: Fourier modes kept per axis in each spectral layer")
     layers: int = _opt(4, "fourier: spectral layers")
+    patch: int | None = _opt(None, "fourier: grid points per side of the patches that its "
+                             "layers read as one point (default: 1 up to 32 points a side, "
+                             "else the smallest that brings each side to 32 or fewer: 3 at "
+                             "85; predicts on the training grid only when > 1)")
     branch: str = _opt("mlp", "branch net: mlp, or conv (a convolutional net over inputs "
                        "given on an equispaced 1-D or 2-D grid)", choices=BRANCHES)
     channels: int = _opt(16, "conv branch: channels of its first layer; fourier: channels "
@@ -134,6 +138,8 @@ class TrainConfig:
                      "checkpoint_every", "fisher_samples", "channels", "modes", "layers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.patch is not None and self.patch < 1:
+            raise ValueError(f"patch must be >= 1, got {self.patch}")
         if self.replicas < 2:
             raise ValueError(f"replicas must be >= 2, got {self.replicas}")
         if not 0 <= self.seed < 2**63 - 1:  # numpy's seeds are >= 0, torch's 64-bit (seed + 1)

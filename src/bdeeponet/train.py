@@ -35,6 +35,7 @@ from .linear import LinearPosterior, fit_linear
 from .metrics import convergence, effective_sample_size, relative_errors
 from .model import DeepONet, ModelConfig, set_dropout_generator, standardisation
 from .networks import FourierConfig, FourierOperator, build_network, field_grid, fit_to_data
+from .networks.fourier import default_patch
 from .noise import noise_sd_from_residuals
 from .novelty import DEFAULT_FALSE_ALARM, fit_novelty
 from .posterior import Posterior, flatten
@@ -247,7 +248,9 @@ def fourier_config(config: TrainConfig, data: OperatorData) -> FourierConfig:
                                  f"{step * g:g} (a periodic grid holds one period, its end "
                                  "point left out)")
     scaling = standardisation(data.u_train, data.s_train) if config.standardise else {}
-    return FourierConfig(grid=grid, periodic=data.periodic, width=config.channels,
+    patch = config.patch or default_patch(grid, tuple(j in periods for j in range(len(grid))),
+                                          config.modes)
+    return FourierConfig(grid=grid, periodic=data.periodic, width=config.channels, patch=patch,
                          depth=config.layers, modes=config.modes, projection=config.width,
                          activation=config.activation_name,
                          dropout=config.dropout if get_method(config.method).dropout else 0.0,

@@ -10,7 +10,8 @@ it) with
 - optionally ``prior_stds(scale)``: per-tensor prior sds (else the fan-in rule of
   :func:`bdeeponet.energy.fan_in_prior`), and ``forward_backward``: a gradient by hand
   (else the energy takes autograd's); ``curvature_batches``: the minibatches of 100
-  functions the sampler's stiffness estimate reads (default 3).
+  functions the sampler's stiffness estimate reads (default 3); ``reads_query_points``:
+  False where the output is always the network's whole grid (default True).
 
 Two families: the DeepONet (:mod:`bdeeponet.model`: MLP or conv branch, learnt or POD
 trunk) and the Fourier neural operator (:mod:`.fourier`) for fields on a grid.
@@ -23,7 +24,7 @@ import numpy as np
 from ..data import sensor_grid
 from ..model import DeepONet, ModelConfig
 from ..model import parameter_groups as deeponet_groups
-from .fourier import FourierConfig, FourierOperator
+from .fourier import FourierConfig, FourierOperator, default_patch
 
 NETWORKS = ("deeponet", "fourier")
 
@@ -42,9 +43,6 @@ def network_config(d: dict):
     return ModelConfig(**{k: v for k, v in d.items() if k != "network"})
 
 
-FOURIER_CHOSEN_MAX_POINTS = 64 * 64  # 2-D grids the choice gives the Fourier network
-
-
 def field_grid(data) -> tuple[tuple[int, ...] | None, bool]:
     """``(grid, same)``: the shape of the equispaced 1-D or 2-D grid (row major) the sensors
     lie on (None where they do not), and whether the query points are those same points."""
@@ -57,12 +55,13 @@ def field_grid(data) -> tuple[tuple[int, ...] | None, bool]:
     return grid, bool(same)
 
 
-def choose_network(data) -> tuple[str, str]:
+def choose_network(data, modes: int = 12) -> tuple[str, str]:
     """``(network, why)``: the network a data set's layout calls for. A field on a grid
     mapped to a field on the same grid (the sensors an equispaced 2-D grid, or a 1-D one
     that the data declare periodic, and the query points the same points) takes the
-    Fourier operator; anything else (1-D sensors of an ODE's forcing, scattered or other
-    query points) the DeepONet."""
+    Fourier operator (read in the patches of :func:`.fourier.default_patch` for ``modes``);
+    anything else (1-D sensors of an ODE's forcing, scattered or other query points) the
+    DeepONet."""
     grid, same = field_grid(data)
     if grid is None:
         return "deeponet", "the sensors are not an equispaced grid"
@@ -72,24 +71,32 @@ def choose_network(data) -> tuple[str, str]:
     if len(grid) == 1 and not data.periodic:
         return "deeponet", (f"the sensors are a 1-D grid of {where} points that the data do "
                             "not declare periodic")
-    if len(grid) == 2 and grid[0] * grid[1] > FOURIER_CHOSEN_MAX_POINTS:
-        return "deeponet", (f"a {where} grid is beyond the 2-D sizes where the Fourier "
-                            "network's default run is measured (up to 64 x 64; at 85 x 85 a "
-                            "step costs about 9 times a 29 x 29 one)")
-    return "fourier", f"input and output are fields on one {where} grid"
+    patch = default_patch(grid, tuple(j in dict(data.periodic) for j in range(len(grid))),
+                          modes)
+    return "fourier", f"input and output are fields on one {where} grid" + (
+        f", read in patches of {patch} x {patch} points" if patch > 1 else "")
 
 
 FOURIER_1D_EPOCHS = 300  # a 1-D field is cheap a step and wants more of them (Burgers)
+# a 2-D grid read in patches: a step costs what one on the coarse grid does, and the
+# patches' detail wants more of them (Darcy 85 x 85 in Adam: 2.74% after 50 epochs, 2.25%
+# after 100)
+FOURIER_PATCH_EPOCHS = 100
 
 
 def fit_to_data(config, data):
     """``config`` with the defaults that depend on the data's layout as well as on the
-    network: a Fourier network on a 1-D grid runs ``FOURIER_1D_EPOCHS`` epochs unless its
-    epochs were set (measured in docs/results/field-benchmarks)."""
+    network: a Fourier network runs ``FOURIER_1D_EPOCHS`` epochs on a 1-D grid and
+    ``FOURIER_PATCH_EPOCHS`` on a 2-D one read in patches, unless its epochs were set
+    (measured in docs/results/field-benchmarks)."""
     grid, _ = field_grid(data)
-    if (config.network == "fourier" and "epochs" in config.network_defaults
-            and grid is not None and len(grid) == 1):
+    if config.network != "fourier" or "epochs" not in config.network_defaults or grid is None:
+        return config
+    if len(grid) == 1:
         return config.updated(epochs=FOURIER_1D_EPOCHS)
+    periodic = tuple(j in dict(data.periodic) for j in range(len(grid)))
+    if (config.patch or default_patch(grid, periodic, config.modes)) > 1:
+        return config.updated(epochs=FOURIER_PATCH_EPOCHS)
     return config
 
 

@@ -76,6 +76,7 @@ class FourierConfig:
     projection: int = 128
     activation: str = "gelu"
     dropout: float = 0.0  # channel dropout after each activation (Adam + MC dropout only)
+    patch: int = 1  # points per patch side: the layers run on a grid of patches (see coarse)
     bounds: tuple = ()  # ((lo, hi) per axis): the grid's coordinates (none: [0, 1] each)
     u_shift: float = 0.0
     u_scale: float = 1.0
@@ -91,16 +92,21 @@ class FourierConfig:
                              f"a side, got {self.grid!r}")
         object.__setattr__(self, "grid", grid)
         object.__setattr__(self, "periodic", _periodic_pairs(self.periodic, len(grid)))
-        for name in ("width", "depth", "modes", "projection"):
+        for name in ("width", "depth", "modes", "projection", "patch"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.activation not in ("gelu", "tanh", "relu", "silu"):
             raise ValueError(f"unknown activation '{self.activation}'; choose one of: "
                              "gelu, tanh, relu, silu")
-        limit = max_modes(grid)
+        for j, periodic in enumerate(self.periodic_axes):
+            if periodic and grid[j] % self.patch:
+                raise ValueError(f"patches of {self.patch} points must tile the periodic "
+                                 f"axis {j} of {grid[j]} points")
+        limit = max_modes(self.coarse)
         if self.modes > limit:
-            raise ValueError(f"a {' x '.join(map(str, grid))} grid resolves at most {limit} "
+            raise ValueError(f"a {' x '.join(map(str, self.coarse))} grid"
+                             f"{' of patches' if self.patch > 1 else ''} resolves at most {limit} "
                              f"Fourier modes per axis: choose --modes {limit} or fewer, or a "
                              "finer grid")
         if not 0.0 <= self.dropout < 1.0:
@@ -143,6 +149,11 @@ class FourierConfig:
         if y.shape == (self.n_points, len(self.grid)) and np.allclose(
                 y, self.points(), rtol=0, atol=1e-5 * span):
             return self.grid
+        if self.patch > 1:
+            raise ValueError(f"this run's Fourier network reads patches of {self.patch} points "
+                             "a side, so it predicts on its training grid only "
+                             f"({' x '.join(map(str, self.grid))} points, listed in row-major "
+                             "order)")
         shape = points_grid(y) if y.ndim == 2 and y.shape[1] == len(self.grid) else None
         if shape is None or not np.allclose(self._extent(y.min(axis=0), y.max(axis=0), shape),
                                             self._extent(*np.array(self.bounds).T, self.grid),
@@ -195,11 +206,27 @@ class FourierConfig:
         return tuple(j in axes for j in range(len(self.grid)))
 
     @property
+    def coarse(self) -> tuple[int, ...]:
+        """The grid the layers run on: the grid itself, or (``patch`` p > 1) one point per
+        patch of p points a side, ``ceil(g / p)`` per axis (see :meth:`patch_padding`)."""
+        return tuple(-(-g // self.patch) for g in self.grid)
+
+    def patch_padding(self) -> tuple[tuple[int, int], ...]:
+        """Per axis, the points added before and after the grid so that patches of
+        ``patch`` points tile it (split evenly: a patch centred on every p-th point when p
+        is odd); none along a periodic axis, which the patches tile already."""
+        out = []
+        for g, c in zip(self.grid, self.coarse, strict=True):
+            extra = c * self.patch - g
+            out.append((extra // 2, extra - extra // 2))
+        return tuple(out)
+
+    @property
     def padded(self) -> tuple[int, ...]:
-        """The grid's size in the spectral layers: a periodic axis as it is, another padded
-        (see the module docstring)."""
+        """The size of the coarse grid in the spectral layers: a periodic axis as it is,
+        another padded (see the module docstring)."""
         return tuple(g if p else smooth_size(g + -(-g // 10))
-                     for g, p in zip(self.grid, self.periodic_axes, strict=True))
+                     for g, p in zip(self.coarse, self.periodic_axes, strict=True))
 
     @property
     def coordinates(self) -> int:
@@ -213,6 +240,33 @@ class FourierConfig:
     def from_dict(cls, d: dict) -> FourierConfig:
         d = {k: v for k, v in d.items() if k != "network"}
         return cls(**d)
+
+
+# the side of the coarse grid the default patch brings a 2-D grid down to: at 85 x 85,
+# patches of 3 (29 x 29) reached 2.25% in 600 s of Adam where patches of 2 (43 x 43) reached
+# 2.59%, at 1.7 times the cost an epoch (docs/results/field-benchmarks)
+COARSE_SIDE = 32
+
+
+def default_patch(grid: tuple[int, ...], periodic_axes: tuple[bool, ...],
+                  modes: int = 12) -> int:
+    """The patch a 2-D grid's layers read by default: the smallest p that brings every
+    side to at most ``COARSE_SIDE`` points and tiles each periodic axis, or, where the
+    coarse grid would then resolve fewer than ``modes`` modes, the largest p that keeps
+    them (1 if none does); a 1-D grid's layers read it point by point."""
+    best = 1
+    if len(grid) < 2:
+        return best
+    for p in range(2, max(grid) + 1):
+        if any(g % p for g, per in zip(grid, periodic_axes, strict=True) if per):
+            continue
+        coarse = tuple(-(-g // p) for g in grid)
+        if max_modes(coarse) < modes:
+            break
+        best = p
+        if max(coarse) <= COARSE_SIDE:
+            break
+    return best
 
 
 def max_modes(grid: tuple[int, ...]) -> int:
@@ -250,6 +304,8 @@ class FourierOperator(nn.Module):
     # the sampler's stiffness estimate (a Lanczos run of float64 Hessian-vector products)
     # takes one minibatch of 100 functions: each product costs seconds on a 2-core CPU
     curvature_batches = 1
+    # the output is the grid's, whatever points y names (a sampler cuts it afterwards)
+    reads_query_points = False
 
     def __init__(self, config: FourierConfig):
         super().__init__()
@@ -261,8 +317,9 @@ class FourierOperator(nn.Module):
         def param(*shape, sd):
             return nn.Parameter(torch.randn(*shape) * sd)
 
-        self.lift = nn.ParameterDict({"weight": param(w, 1 + c.coordinates,
-                                                      sd=(1 + c.coordinates) ** -0.5),
+        cells = c.patch ** len(c.grid)  # the points of a patch: its input and output channels
+        self.lift = nn.ParameterDict({"weight": param(w, cells + c.coordinates,
+                                                      sd=(cells + c.coordinates) ** -0.5),
                                       "bias": param(w, sd=0.0)})
         # initial spectral gains of ~1/c per mode (as FNO's initialisation), so that the
         # first layers start near the pointwise path
@@ -273,8 +330,8 @@ class FourierOperator(nn.Module):
         self.project = nn.ModuleList([
             nn.ParameterDict({"weight": param(c.projection, w, sd=w**-0.5),
                               "bias": param(c.projection, sd=0.0)}),
-            nn.ParameterDict({"weight": param(1, c.projection, sd=c.projection**-0.5),
-                              "bias": param(1, sd=0.0)})])
+            nn.ParameterDict({"weight": param(cells, c.projection, sd=c.projection**-0.5),
+                              "bias": param(cells, sd=0.0)})])
         # a unit's mask covers a function's whole field (one mask per function and pass)
         self.drop = Dropout(c.dropout) if c.dropout > 0 else None
 
@@ -314,6 +371,8 @@ class FourierOperator(nn.Module):
         if u.shape[-1] == c.n_points:
             grid, padded, index = c.grid, c.padded, self.kept_modes
         else:
+            if c.patch > 1:
+                c.grid_of(np.zeros((0, len(c.grid))))  # raises: patches fix the grid
             if y is None:
                 raise ValueError(f"u has {u.shape[-1]} points, the training grid "
                                  f"{c.n_points}: pass y, the grid it is given on")
@@ -329,7 +388,9 @@ class FourierOperator(nn.Module):
         if u.dim() == 2:
             u = u.unsqueeze(0)
         n = u.shape[1]
-        x = ((u - c.u_shift) / c.u_scale).reshape(u.shape[0], n, 1, *grid)
+        x = ((u - c.u_shift) / c.u_scale).reshape(u.shape[0], n, *grid)
+        x = self._patches(x) if c.patch > 1 else x.unsqueeze(2)  # (C, n, cells, *coarse)
+        grid = c.coarse if c.patch > 1 else grid
         if c.coordinates:
             x = torch.cat([x.expand(chains, *x.shape[1:]), self._coordinates(x, grid).expand(
                 chains, n, c.coordinates, *grid)], dim=2)
@@ -347,10 +408,39 @@ class FourierOperator(nn.Module):
             x = x[(..., *(slice(0, g) for g in grid))]
         x = self._dropout(act(_pointwise(x, params["project.0.weight"], params["project.0.bias"])))
         x = _pointwise(x, params["project.1.weight"], params["project.1.bias"])
-        out = x.reshape(chains, n, -1)
+        out = (self._unpatch(x) if c.patch > 1 else x).reshape(chains, n, -1)
         if c.s_shift != 0.0 or c.s_scale != 1.0:
             out = c.s_shift + c.s_scale * out
         return out[0] if single else out
+
+    def _patches(self, x: torch.Tensor) -> torch.Tensor:
+        """Fields x (A, n, *grid) as (A, n, p^d, *coarse): each patch of p points a side
+        (the grid edge-padded to tile, :meth:`FourierConfig.patch_padding`) as p^d channels
+        at one point of the coarse grid."""
+        c, p = self.config, self.config.patch
+        pad = [v for lo_hi in reversed(c.patch_padding()) for v in lo_hi]
+        shape = x.shape
+        if any(pad):  # 'replicate' pads the last one or two axes of a 3-D or 4-D tensor
+            x = F.pad(x.reshape(-1, 1, *shape[2:]), pad, mode="replicate").reshape(
+                *shape[:2], *(k * p for k in c.coarse))
+        if len(c.grid) == 1:
+            return x.reshape(*shape[:2], c.coarse[0], p).transpose(-1, -2)
+        h, w = c.coarse
+        return x.reshape(*shape[:2], h, p, w, p).permute(0, 1, 3, 5, 2, 4).reshape(
+            *shape[:2], p * p, h, w)
+
+    def _unpatch(self, x: torch.Tensor) -> torch.Tensor:
+        """The inverse of :meth:`_patches`, (C, n, p^d, *coarse) -> (C, n, *grid): the
+        padding cropped."""
+        c, p = self.config, self.config.patch
+        if len(c.grid) == 1:
+            x = x.transpose(-1, -2).reshape(*x.shape[:2], -1)
+        else:
+            h, w = c.coarse
+            x = x.reshape(*x.shape[:2], p, p, h, w).permute(0, 1, 4, 2, 5, 3).reshape(
+                *x.shape[:2], h * p, w * p)
+        return x[(..., *(slice(lo, lo + g) for (lo, _), g in zip(c.patch_padding(), c.grid,
+                                                                  strict=True)))]
 
     def _dropout(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` (C, n, w, *grid) with whole channels of each function dropped (see

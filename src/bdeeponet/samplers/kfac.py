@@ -461,10 +461,13 @@ def scaled_hessian(energy, metric: KroneckerMetric, params: Params, batches,
     ss = torch.cat([b[1] for b in batches]).double()
     y = energy.y.double()
     scale = energy.n_total / us.shape[0]
+    # a network whose output is its whole grid (reads_query_points False) is cut after
+    whole_grid = points is not None and not getattr(model, "reads_query_points", True)
     if points is not None:
         points = points.to(y.device)
         scale *= y.shape[0] / points.numel()
-        y, ss = y[points], ss[:, points]
+        ss = ss[:, points]
+        y = y if whole_grid else y[points]
     prec = [energy.prior_precision(n) for n in names]
     warm = getattr(model, "trunk_input", None)
     if warm is not None:  # fill the DeepONet's feature cache outside the transforms below
@@ -472,6 +475,8 @@ def scaled_hessian(energy, metric: KroneckerMetric, params: Params, batches,
 
     def u_hat(*ts):  # float64 throughout: the soft directions are 1e-5 of the stiff ones
         pred = functional_call(model, dict(zip(names, ts, strict=True)), (us, y))
+        if whole_grid:
+            pred = pred[..., points]
         prior = sum(0.5 * p * t.square().sum() for p, t in zip(prec, ts, strict=True))
         return prior + scale * (pred - ss).square().sum() / (2 * sigma**2)
 
