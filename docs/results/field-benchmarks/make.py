@@ -143,8 +143,10 @@ def _branch(run: Path) -> str:
     if config["train"].get("symmetry", "none") != "none":
         trunk += f", {config['train']['symmetry']} symmetry"
     if model.get("network") == "fourier":
+        patch = model.get("patch", 1)
         return (f"Fourier, {model['width']} channels, {model['modes']} modes, "
-                f"{model['depth']} layers" + trunk)
+                f"{model['depth']} layers" + (f", patches of {patch}" if patch > 1 else "")
+                + trunk)
     if model.get("branch_grid"):
         return "conv " + " x ".join(map(str, model["branch_grid"])) + trunk
     pca = (metrics.get("branch_pca") or {}).get("components", 0)

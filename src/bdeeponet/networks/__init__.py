@@ -79,8 +79,7 @@ def choose_network(data, modes: int = 12) -> tuple[str, str]:
 
 FOURIER_1D_EPOCHS = 300  # a 1-D field is cheap a step and wants more of them (Burgers)
 # a 2-D grid read in patches: a step costs what one on the coarse grid does, and the
-# patches' detail wants more of them (Darcy 85 x 85 in Adam: 2.74% after 50 epochs, 2.25%
-# after 100)
+# detail within the patches wants more steps
 FOURIER_PATCH_EPOCHS = 100
 
 

@@ -150,10 +150,7 @@ class FourierConfig:
                 y, self.points(), rtol=0, atol=1e-5 * span):
             return self.grid
         if self.patch > 1:
-            raise ValueError(f"this run's Fourier network reads patches of {self.patch} points "
-                             "a side, so it predicts on its training grid only "
-                             f"({' x '.join(map(str, self.grid))} points, listed in row-major "
-                             "order)")
+            raise self.fixed_grid()
         shape = points_grid(y) if y.ndim == 2 and y.shape[1] == len(self.grid) else None
         if shape is None or not np.allclose(self._extent(y.min(axis=0), y.max(axis=0), shape),
                                             self._extent(*np.array(self.bounds).T, self.grid),
@@ -170,6 +167,13 @@ class FourierConfig:
                              f"{max_modes(shape)} Fourier modes per axis, and this run's "
                              f"network uses {self.modes}: ask for a finer grid")
         return shape
+
+    def fixed_grid(self) -> ValueError:
+        """The error of a network on patches asked for another grid."""
+        return ValueError(f"this run's Fourier network reads patches of {self.patch} points "
+                          "a side, so it predicts on its training grid only "
+                          f"({' x '.join(map(str, self.grid))} points, listed in row-major "
+                          "order)")
 
     def _extent(self, lo, hi, grid) -> np.ndarray:
         """(d, 2): per axis where a grid of ``grid`` points from ``lo`` to ``hi`` starts and
@@ -242,9 +246,8 @@ class FourierConfig:
         return cls(**d)
 
 
-# the side of the coarse grid the default patch brings a 2-D grid down to: at 85 x 85,
-# patches of 3 (29 x 29) reached 2.25% in 600 s of Adam where patches of 2 (43 x 43) reached
-# 2.59%, at 1.7 times the cost an epoch (docs/results/field-benchmarks)
+# the side of the coarse grid the default patch brings a 2-D grid down to (the patches
+# were weighed on Darcy 85 x 85: docs/results/field-benchmarks)
 COARSE_SIDE = 32
 
 
@@ -372,7 +375,7 @@ class FourierOperator(nn.Module):
             grid, padded, index = c.grid, c.padded, self.kept_modes
         else:
             if c.patch > 1:
-                c.grid_of(np.zeros((0, len(c.grid))))  # raises: patches fix the grid
+                raise c.fixed_grid()
             if y is None:
                 raise ValueError(f"u has {u.shape[-1]} points, the training grid "
                                  f"{c.n_points}: pass y, the grid it is given on")
