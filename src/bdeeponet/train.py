@@ -34,8 +34,7 @@ from .io import atomic_write, write_json, write_text
 from .linear import LinearPosterior, fit_linear
 from .metrics import convergence, effective_sample_size, relative_errors
 from .model import DeepONet, ModelConfig, set_dropout_generator, standardisation
-from .networks import FourierConfig, FourierOperator, build_network, field_grid, fit_to_data
-from .networks.fourier import default_patch
+from .networks import FourierConfig, FourierOperator, build_network, data_patch, field_grid, fit_to_data
 from .noise import noise_sd_from_residuals
 from .novelty import DEFAULT_FALSE_ALARM, fit_novelty
 from .posterior import Posterior, flatten
@@ -248,8 +247,7 @@ def fourier_config(config: TrainConfig, data: OperatorData) -> FourierConfig:
                                  f"{step * g:g} (a periodic grid holds one period, its end "
                                  "point left out)")
     scaling = standardisation(data.u_train, data.s_train) if config.standardise else {}
-    patch = config.patch or default_patch(grid, tuple(j in periods for j in range(len(grid))),
-                                          config.modes)
+    patch = data_patch(data, grid, config.patch, config.modes)
     return FourierConfig(grid=grid, periodic=data.periodic, width=config.channels, patch=patch,
                          depth=config.layers, modes=config.modes, projection=config.width,
                          activation=config.activation_name,

@@ -55,6 +55,13 @@ def field_grid(data) -> tuple[tuple[int, ...] | None, bool]:
     return grid, bool(same)
 
 
+def data_patch(data, grid: tuple[int, ...], patch: int | None = None, modes: int = 12) -> int:
+    """The patch a Fourier network reads ``data``'s ``grid`` in: ``patch`` where given, else
+    :func:`.fourier.default_patch` for the axes the data declare periodic."""
+    periodic = dict(data.periodic)
+    return patch or default_patch(grid, tuple(j in periodic for j in range(len(grid))), modes)
+
+
 def choose_network(data, modes: int = 12) -> tuple[str, str]:
     """``(network, why)``: the network a data set's layout calls for. A field on a grid
     mapped to a field on the same grid (the sensors an equispaced 2-D grid, or a 1-D one
@@ -71,8 +78,7 @@ def choose_network(data, modes: int = 12) -> tuple[str, str]:
     if len(grid) == 1 and not data.periodic:
         return "deeponet", (f"the sensors are a 1-D grid of {where} points that the data do "
                             "not declare periodic")
-    patch = default_patch(grid, tuple(j in dict(data.periodic) for j in range(len(grid))),
-                          modes)
+    patch = data_patch(data, grid, modes=modes)
     return "fourier", f"input and output are fields on one {where} grid" + (
         f", read in patches of {patch} x {patch} points" if patch > 1 else "")
 
@@ -93,8 +99,7 @@ def fit_to_data(config, data):
         return config
     if len(grid) == 1:
         return config.updated(epochs=FOURIER_1D_EPOCHS)
-    periodic = tuple(j in dict(data.periodic) for j in range(len(grid)))
-    if (config.patch or default_patch(grid, periodic, config.modes)) > 1:
+    if data_patch(data, grid, config.patch, config.modes) > 1:
         return config.updated(epochs=FOURIER_PATCH_EPOCHS)
     return config
 
@@ -106,5 +111,5 @@ def parameter_groups(model) -> dict[str, list[str]]:
 
 
 __all__ = ["NETWORKS", "DeepONet", "FourierConfig", "FourierOperator", "ModelConfig",
-           "build_network", "choose_network", "field_grid", "fit_to_data", "network_config",
-           "parameter_groups"]
+           "build_network", "choose_network", "data_patch", "field_grid", "fit_to_data",
+           "network_config", "parameter_groups"]
