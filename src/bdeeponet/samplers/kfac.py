@@ -461,7 +461,8 @@ def scaled_hessian(energy, metric: KroneckerMetric, params: Params, batches,
     ss = torch.cat([b[1] for b in batches]).double()
     y = energy.y.double()
     scale = energy.n_total / us.shape[0]
-    # a network whose output is its whole grid (reads_query_points False) is cut after
+    # a network that gives its whole grid whatever y is (reads_query_points False): its
+    # output, not y, is cut to the drawn points
     whole_grid = points is not None and not getattr(model, "reads_query_points", True)
     if points is not None:
         points = points.to(y.device)
