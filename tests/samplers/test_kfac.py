@@ -130,6 +130,42 @@ def test_tame_damps_a_deep_net_until_its_steps_are_safe():
     assert after <= 4.0 * 1.05 and metric.damping > 0
 
 
+def test_tame_with_a_tolerance_stops_at_the_first_reading_within_it():
+    """The same net: with ``tolerance`` the rounds stop at the first reading within
+    ``target (1 + tolerance)``, so they are a prefix of the exact rounds (same readings,
+    same damping) and the damping is at most the exact one's."""
+    def rounds(tolerance):
+        energy, params, u, s, g = _deeponet_fit(
+            0, ModelConfig(n_sensors=10, dim_y=1, width=16, latent=8), 200, 20, 0.01,
+            lambda y: torch.sin(3 * y))
+        batches = [(u[i : i + 100], s[i : i + 100]) for i in (0, 100)]
+        metric = estimate_kfac(energy, params, batches, g, samples=4)
+        seen = []
+        lam = tame(energy, _Recording(metric, seen), params, batches, g, target=2.0,
+                   tolerance=tolerance)
+        return lam, seen, metric.damping
+
+    exact, exact_rounds, exact_damping = rounds(0.0)
+    loose, loose_rounds, loose_damping = rounds(1.0)
+    assert exact <= 2.0 * 1.05 and loose <= 4.0
+    assert loose_rounds == exact_rounds[: len(loose_rounds)]
+    assert len(loose_rounds) < len(exact_rounds) and loose_damping < exact_damping
+
+
+class _Recording:
+    """A metric that records each damping ``tame`` sets on it."""
+
+    def __init__(self, metric, seen):
+        self._metric, self._seen = metric, seen
+
+    def set_damping(self, value):
+        self._seen.append(float(value))
+        self._metric.set_damping(value)
+
+    def __getattr__(self, name):
+        return getattr(self._metric, name)
+
+
 def test_stiffness_is_the_largest_eigenvalue_of_the_metric_scaled_hessian():
     """Against a dense computation on a DeepONet small enough to form H: the eigenvalues of
     M^½ H M^½, with H by torch.func.hessian and M^½ applied to every unit vector."""
@@ -353,3 +389,24 @@ def test_a_well_conditioned_block_steps_in_float32_as_in_float64(monkeypatch):
     assert kfac._float32_scales(blk) is None  # (the float64 pass)
     assert not torch.equal(moves[0], moves[1])  # the first pass did round in float32
     assert (moves[0] - moves[1]).norm() < 1e-5 * moves[1].norm()
+
+
+def test_the_stiffness_reads_the_first_functions_the_network_asks_for():
+    """300 functions by default; a network's ``curvature_functions`` cuts across the
+    batches of 100 (the Fourier operator asks for 25)."""
+    from types import SimpleNamespace
+
+    from bdeeponet.networks import FourierConfig, FourierOperator
+    from bdeeponet.samplers.sgld import curvature_batches, metric_batches
+
+    u, s = torch.arange(450.0)[:, None], -torch.arange(450.0)[:, None]
+    batches = metric_batches((u, s))
+
+    def read(model):
+        got = curvature_batches(SimpleNamespace(model=model), batches)
+        return torch.cat([b[0] for b in got]), torch.cat([b[1] for b in got])
+
+    assert torch.equal(read(None)[0], u[:300]) and torch.equal(read(None)[1], s[:300])
+    assert torch.equal(read(SimpleNamespace(curvature_functions=130))[0], u[:130])
+    assert read(SimpleNamespace(curvature_functions=1000))[0].shape[0] == 450
+    assert read(FourierOperator(FourierConfig(grid=(16,), modes=4)))[0].shape[0] == 25

@@ -9,8 +9,9 @@ it) with
   trains in turn;
 - optionally ``prior_stds(scale)``: per-tensor prior sds (else the fan-in rule of
   :func:`bdeeponet.energy.fan_in_prior`), and ``forward_backward``: a gradient by hand
-  (else the energy takes autograd's); ``curvature_batches``: the minibatches of 100
-  functions the sampler's stiffness estimate reads (default 3); ``reads_query_points``:
+  (else the energy takes autograd's); ``curvature_functions``: the functions the
+  sampler's stiffness estimate reads (default 300), and ``stiffness_tolerance``: how far
+  above its target the metric's taming may stop (default 0); ``reads_query_points``:
   False where the output is always the network's whole grid (default True).
 
 Two families: the DeepONet (:mod:`bdeeponet.model`: MLP or conv branch, learnt or POD

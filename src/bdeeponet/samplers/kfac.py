@@ -546,14 +546,19 @@ def largest_magnitude(apply, v: dict[str, torch.Tensor], iters: int, tol: float 
 
 
 def tame(energy, metric: KroneckerMetric, params: Params, batches, generator: torch.Generator,
-         target: float = 4.0, rounds: int = 8) -> float:
-    """Raise the metric's damping δ until ``|λ|max(M H) <= target``; return the last
-    measured value. A damped constant metric is still exact Langevin: it only slows the
+         target: float = 4.0, rounds: int = 8, tolerance: float = 0.0) -> float:
+    """Raise the metric's damping δ until ``|λ|max(M H) <= target (1 + tolerance)``; return
+    the last measured value (the step is capped by it, so a value above ``target`` only
+    shortens the step). A damped constant metric is still exact Langevin: it only slows the
     directions the data do not determine (their step shrinks from ``1/λ_prior`` to
-    ``1/(λ_prior + δ)``), while the data-determined ones keep ``M H ≈ 1``."""
+    ``1/(λ_prior + δ)``), while the data-determined ones keep ``M H ≈ 1``.
+
+    Where δ dominates the metric, λ falls as ``1/δ`` and each round lands just above the
+    target (4.10, 4.006, 4.0 on Darcy 29 × 29); a network whose rounds cost tens of
+    seconds passes a ``tolerance`` to stop at the first of them."""
     lam = stiffness(energy, metric, params, batches, generator)
     for _ in range(rounds):
-        if lam <= target:
+        if lam <= target * (1 + tolerance):
             break
         base = metric.damping or max(energy.prior_precision(n) for n in params)
         metric.set_damping(base * lam / target)

@@ -94,7 +94,7 @@ def start_sampling(settings: LangevinSettings, chain: Chain, energy, data, gener
         params = {n: p[c] for n, p in chain.params.items()}
         metrics.append(estimate_kfac(energy, params, batches, generator, settings.fisher_samples))
         lams.append(tame(energy, metrics[-1], params, curvature_batches(energy, batches),
-                         generator))
+                         generator, tolerance=_network(energy, "stiffness_tolerance", 0.0)))
     metric, lam = KroneckerMetric.stack(metrics), max(lams)
     cv = ControlVariate.at(energy, chain, data) if settings.control_variate else None
     return Sampling(metric, cv, settings.max_stiffness / lam, lam)
@@ -102,17 +102,33 @@ def start_sampling(settings: LangevinSettings, chain: Chain, energy, data, gener
 
 def metric_batches(data) -> list:
     """The training data ``(u, s)`` in batches of 100 functions: the metric is estimated
-    on all of them, the stiffness (:func:`~.kfac.stiffness`) on the first few
+    on all of them, the stiffness (:func:`~.kfac.stiffness`) on the first few hundred
     (:func:`curvature_batches`)."""
     u, s = data
     return [(u[i : i + 100], s[i : i + 100]) for i in range(0, u.shape[0], 100)]
 
 
+CURVATURE_FUNCTIONS = 300  # the functions the stiffness is estimated on, by default
+
+
 def curvature_batches(energy, batches: list) -> list:
-    """The first of ``batches`` that the stiffness is estimated on: three, or as many as
-    the network's ``curvature_batches`` says (a network whose Hessian-vector product is
-    costly asks for fewer; the estimate is scaled to the N functions either way)."""
-    return batches[: getattr(getattr(energy, "model", None), "curvature_batches", 3)]
+    """The first functions of ``batches`` that the stiffness is estimated on:
+    ``CURVATURE_FUNCTIONS``, or as many as the network's ``curvature_functions`` says (a
+    network whose Hessian-vector product is costly asks for fewer; the estimate is scaled
+    to the N functions either way)."""
+    n = _network(energy, "curvature_functions", CURVATURE_FUNCTIONS)
+    out = []
+    for u, s in batches:
+        if n <= 0:
+            break
+        out.append((u[:n], s[:n]))
+        n -= u.shape[0]
+    return out
+
+
+def _network(energy, name: str, default):
+    """The energy's network's attribute ``name`` (the networks' protocol), else ``default``."""
+    return getattr(getattr(energy, "model", None), name, default)
 
 
 def sampling_report(settings: LangevinSettings, sampling: Sampling | None) -> dict:
