@@ -10,7 +10,8 @@ relative L2 error (%) of their prediction (for bdeeponet the posterior mean) on 
 test targets. bdeeponet runs twice: at its defaults, then with `--epochs` ``--longer`` (4) times the
 epochs the defaults chose. FNO's test error is recorded after every epoch until it has run
 as long as the longer run; the table gives what it had reached at each bdeeponet run's wall
-time (its last epoch finished by then).
+time (its last epoch finished by then); its whole history (seconds, e2 after each epoch) is
+written to ``fno-history.json`` in the work folder.
 
 neuraloperator is an optional extra (`pip install --no-deps neuraloperator==2.0.0 tensorly
 tensorly-torch opt-einsum h5py`); without it only bdeeponet runs, and the script says so.
@@ -142,6 +143,8 @@ def main() -> None:
         return
     budget = args.fno_budget or (runs[-1][2] if args.longer > 0 else 4 * runs[0][2])
     history = train_fno(d, budget, args.threads)
+    (work / "fno-history.json").write_text(json.dumps(
+        [{"seconds": t, "e2": e} for t, e in history], indent=1))
     print("| bdeeponet run | wall time | bdeeponet e2 (%) | FNO (its recipe) at that time |")
     print("|---|---|---|---|")
     for label, e2, seconds in runs:

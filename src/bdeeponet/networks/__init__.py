@@ -86,8 +86,9 @@ def choose_network(data, modes: int = 12) -> tuple[str, str]:
 
 FOURIER_1D_EPOCHS = 300  # a 1-D field is cheap a step and wants more of them (Burgers)
 # a 2-D grid read in patches: a step costs what one on the coarse grid does, and the
-# detail within the patches wants more steps
-FOURIER_PATCH_EPOCHS = 100
+# detail within the patches wants more steps (Darcy 85 x 85: 1.33% after 100 epochs,
+# 0.88% after 250, 0.70% after 400 at 27 min; docs/results/field-benchmarks)
+FOURIER_PATCH_EPOCHS = 250
 
 
 def fit_to_data(config, data):
